@@ -1,0 +1,36 @@
+# The two commands of the course: `make book` and `make test`.
+# Both create .venv on first use and (re)install the pinned stack only when
+# requirements.lock has changed since the last install.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-lock
+
+.PHONY: book test venv bench clean help
+
+help:
+	@echo "make book   build the website into _build/html (chapters executed, cached)"
+	@echo "make test   build the book, then run the whole test suite"
+	@echo "make bench  run the benchmark scripts and print their tables"
+	@echo "make clean  remove the build output (keeps .venv)"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements.lock
+	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+	cp requirements.lock $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/python -m scripts.build_book
+
+test: book
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf _build

@@ -1,0 +1,1 @@
+__all__ = []  # filled in by the module author
