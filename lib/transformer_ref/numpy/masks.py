@@ -1,1 +1,88 @@
-__all__ = []  # filled in by the module author
+"""Attention masks in NumPy.
+
+Every mask is boolean with ``True`` = "this query may attend to this key" and is
+broadcastable to the score shape ``(..., T, S)`` (``T`` queries, ``S`` keys).
+Causal masks are aligned **bottom-right**: when the ``T`` queries are the last
+``T`` of ``S`` positions (a KV cache holding ``S - T`` earlier tokens), query
+``i`` sits at absolute position ``i + S - T`` and may see key ``j`` iff
+``j <= i + S - T``. With ``T == S`` this is the usual lower triangle.
+"""
+
+import numpy as np
+
+from .._checks import check_int
+
+__all__ = ["causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask"]
+
+
+def _query_key_offsets(T, S):
+    """``(T, S)`` int array of ``j - (i + S - T)``: key index minus the query's absolute position."""
+    T = check_int("T", T, minimum=0)
+    S = T if S is None else check_int("S", S, minimum=0)
+    if S < T:
+        raise ValueError(f"S must be >= T (the queries are the last T of S positions), got T={T}, S={S}")
+    return np.arange(S)[None, :] - (np.arange(T)[:, None] + S - T)
+
+
+def causal_mask(T, S=None):
+    """Bottom-right causal mask, bool ``(T, S)``: ``mask[i, j] = j <= i + S - T``.
+
+    ``S`` defaults to ``T`` (the lower triangle incl. the diagonal). ``S >= T``.
+    """
+    return _query_key_offsets(T, S) <= 0
+
+
+def sliding_window_mask(T, window, S=None):
+    """Causal sliding-window mask, bool ``(T, S)``.
+
+    Query ``i`` (absolute position ``p = i + S - T``) sees the ``window`` keys
+    ``p - window < j <= p``, itself included; ``window >= 1``. With
+    ``window >= S`` this is :func:`causal_mask`.
+    """
+    window = check_int("window", window, minimum=1)
+    offsets = _query_key_offsets(T, S)
+    return (offsets <= 0) & (offsets > -window)
+
+
+def prefix_lm_mask(T, prefix_len):
+    """Prefix-LM mask, bool ``(T, T)``: ``mask[i, j] = (j <= i) or (j < prefix_len)``.
+
+    The first ``prefix_len`` positions attend to each other bidirectionally and
+    every position sees the whole prefix; the rest is causal.
+    ``0 <= prefix_len <= T``; ``prefix_len = 0`` gives the causal mask.
+    """
+    T = check_int("T", T, minimum=0)
+    prefix_len = check_int("prefix_len", prefix_len, minimum=0)
+    if prefix_len > T:
+        raise ValueError(f"prefix_len must be <= T, got prefix_len={prefix_len}, T={T}")
+    j = np.arange(T)[None, :]
+    return causal_mask(T) | (j < prefix_len)
+
+
+def padding_mask(lengths, S):
+    """Key-padding mask, bool ``(B, 1, 1, S)``: ``mask[b, 0, 0, j] = j < lengths[b]``.
+
+    lengths: ``(B,)`` integers in ``[0, S]``, the number of real (non-pad) keys of
+    each sequence, padding on the right. The two singleton axes make it broadcast
+    against scores ``(B, H, T, S)`` (every head, every query); combine it with a
+    causal mask by ``&``.
+    """
+    lengths = np.asarray(lengths)
+    S = check_int("S", S, minimum=0)
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"lengths must be a 1-D integer array (B,), got shape {lengths.shape} dtype {lengths.dtype}")
+    if np.any(lengths < 0) or np.any(lengths > S):
+        raise ValueError(f"lengths must lie in [0, S={S}], got {lengths.tolist()}")
+    return (np.arange(S)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def additive_mask(mask):
+    """Turn a boolean mask into an additive one: ``0.0`` where True, ``-inf`` where False.
+
+    Adding it to the scores before the softmax has the same effect as the boolean
+    mask. Returns float64 of ``mask``'s shape.
+    """
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise ValueError(f"mask must be boolean, got dtype {mask.dtype}")
+    return np.where(mask, 0.0, -np.inf)

@@ -1,1 +1,82 @@
-__all__ = []  # filled in by the module author
+"""Scaled dot-product attention, grouped-query attention and a safe softmax, in PyTorch.
+
+Same semantics as :mod:`transformer_ref.numpy.attention`. Everything runs on the
+inputs' device and is differentiable. For float16/bfloat16 inputs the scores,
+the softmax statistics (max and sum) and the weighted sum are computed in
+float32 and the result is cast back to the input dtype.
+"""
+
+import math
+
+import torch
+
+from .._checks import check_divisible, check_int, check_mask_shape, check_ndim, check_same_dim
+from ..numpy.attention import _check_qkv
+
+__all__ = ["softmax", "scaled_dot_product_attention", "repeat_kv", "grouped_query_attention"]
+
+
+def _compute_dtype(dtype):
+    """Half precisions compute in float32; float32/float64 stay as they are."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def softmax(x, axis=-1):
+    """Numerically stable softmax along ``axis``; an all ``-inf`` slice gives zeros, not NaN.
+
+    ``softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m)``, ``m = max_k x_k``.
+    fp16/bf16 inputs are reduced in float32; the result has ``x``'s dtype.
+    """
+    xc = x.to(_compute_dtype(x.dtype))
+    m = xc.amax(dim=axis, keepdim=True).detach()  # the max cancels out, no gradient needed
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)  # all -inf slice: exp(-inf - 0) = 0
+    e = torch.exp(xc - m)
+    total = e.sum(dim=axis, keepdim=True)
+    return (e / torch.where(total == 0, torch.ones_like(total), total)).to(x.dtype)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weights=False):
+    """``softmax(q k^T * scale + mask) v`` with boolean (True = attend) or additive masks.
+
+    q: ``(..., H, T, D)``, k: ``(..., H, S, D)``, v: ``(..., H, S, Dv)``; mask
+    broadcastable to ``(..., H, T, S)``; scale defaults to ``1 / sqrt(D)``.
+    Returns ``out (..., H, T, Dv)`` (``q``'s dtype), or ``(out, weights)`` with
+    weights ``(..., H, T, S)`` if ``return_weights``. Fully masked rows give zeros.
+    """
+    _check_qkv(q, k, v)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    dtype = _compute_dtype(q.dtype)
+    scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale  # (..., H, T, S)
+    if mask is not None:
+        mask = torch.as_tensor(mask, device=scores.device)
+        check_mask_shape("mask", mask.shape, scores.shape)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.to(dtype)
+    weights = softmax(scores, axis=-1)  # (..., H, T, S), float32 or float64
+    out = (weights @ v.to(dtype)).to(q.dtype)  # (..., H, T, Dv)
+    return (out, weights.to(q.dtype)) if return_weights else out
+
+
+def repeat_kv(x, n_rep):
+    """``(..., H_kv, S, D) -> (..., H_kv * n_rep, S, D)``, repeat-interleave (head ``h`` reads ``h // n_rep``)."""
+    check_ndim("x", x, 3)
+    n_rep = check_int("n_rep", n_rep, minimum=1)
+    return x if n_rep == 1 else torch.repeat_interleave(x, n_rep, dim=-3)
+
+
+def grouped_query_attention(q, k, v, mask=None, *, scale=None):
+    """Grouped-query attention: query head ``h`` reads KV head ``h // (H_q / H_kv)``.
+
+    q: ``(..., H_q, T, D)``, k: ``(..., H_kv, S, D)``, v: ``(..., H_kv, S, Dv)``,
+    ``H_q`` divisible by ``H_kv`` (``H_kv = 1``: multi-query attention).
+    Returns ``(..., H_q, T, Dv)``; mask and scale as in
+    :func:`scaled_dot_product_attention`.
+    """
+    check_ndim("q", q, 3)
+    check_ndim("k", k, 3)
+    check_ndim("v", v, 3)
+    check_same_dim("k", k.shape[-3], "v", v.shape[-3], "number of KV heads")
+    n_rep = check_divisible("n_heads of q", q.shape[-3], "n_kv_heads of k", k.shape[-3])
+    return scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, scale=scale)

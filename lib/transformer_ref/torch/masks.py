@@ -1,1 +1,75 @@
-__all__ = []  # filled in by the module author
+"""Attention masks in PyTorch (see :mod:`transformer_ref.numpy.masks` for the conventions).
+
+Boolean, ``True`` = may attend, broadcastable to the scores ``(..., T, S)``;
+causal masks bottom-right aligned (query ``i`` sees key ``j`` iff
+``j <= i + S - T``). Every constructor takes ``device=``.
+"""
+
+import torch
+
+from .._checks import check_int
+
+__all__ = ["causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask"]
+
+
+def _query_key_offsets(T, S, device):
+    """``(T, S)`` tensor of ``j - (i + S - T)``: key index minus the query's absolute position."""
+    T = check_int("T", T, minimum=0)
+    S = T if S is None else check_int("S", S, minimum=0)
+    if S < T:
+        raise ValueError(f"S must be >= T (the queries are the last T of S positions), got T={T}, S={S}")
+    return torch.arange(S, device=device)[None, :] - (torch.arange(T, device=device)[:, None] + S - T)
+
+
+def causal_mask(T, S=None, *, device=None):
+    """Bottom-right causal mask, bool ``(T, S)``: ``mask[i, j] = j <= i + S - T``; ``S`` defaults to ``T``.
+
+    Same as ``torch.nn.attention.bias.causal_lower_right(T, S)`` materialised.
+    """
+    return _query_key_offsets(T, S, device) <= 0
+
+
+def sliding_window_mask(T, window, S=None, *, device=None):
+    """Causal sliding window, bool ``(T, S)``: ``i + S - T - window < j <= i + S - T``.
+
+    Each query sees ``window >= 1`` keys, itself included.
+    """
+    window = check_int("window", window, minimum=1)
+    offsets = _query_key_offsets(T, S, device)
+    return (offsets <= 0) & (offsets > -window)
+
+
+def prefix_lm_mask(T, prefix_len, *, device=None):
+    """Prefix-LM mask, bool ``(T, T)``: ``mask[i, j] = (j <= i) or (j < prefix_len)``, ``0 <= prefix_len <= T``."""
+    T = check_int("T", T, minimum=0)
+    prefix_len = check_int("prefix_len", prefix_len, minimum=0)
+    if prefix_len > T:
+        raise ValueError(f"prefix_len must be <= T, got prefix_len={prefix_len}, T={T}")
+    j = torch.arange(T, device=device)[None, :]
+    return causal_mask(T, device=device) | (j < prefix_len)
+
+
+def padding_mask(lengths, S, *, device=None):
+    """Key-padding mask, bool ``(B, 1, 1, S)``: ``mask[b, 0, 0, j] = j < lengths[b]``.
+
+    lengths: ``(B,)`` integers in ``[0, S]`` (right padding). Broadcasts against
+    scores ``(B, H, T, S)``. ``device`` defaults to ``lengths``' device.
+    """
+    lengths = torch.as_tensor(lengths, device=device)
+    S = check_int("S", S, minimum=0)
+    if lengths.ndim != 1 or lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise ValueError(
+            f"lengths must be a 1-D integer tensor (B,), got shape {tuple(lengths.shape)} dtype {lengths.dtype}"
+        )
+    if bool((lengths < 0).any()) or bool((lengths > S).any()):
+        raise ValueError(f"lengths must lie in [0, S={S}], got {lengths.tolist()}")
+    return (torch.arange(S, device=lengths.device)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def additive_mask(mask, *, dtype=torch.float32):
+    """Boolean mask -> additive float mask: ``0`` where True, ``-inf`` where False (same shape and device)."""
+    mask = torch.as_tensor(mask)
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be boolean, got dtype {mask.dtype}")
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    return torch.where(mask, zero, torch.full((), float("-inf"), dtype=dtype, device=mask.device))

@@ -1,1 +1,143 @@
-__all__ = []  # filled in by the module author
+"""Rotary position embeddings (RoPE) and its long-context scalings, in PyTorch.
+
+Same functions and semantics as :mod:`transformer_ref.numpy.rope` (read its
+docstring for the maths). The frequency vectors are tiny, so they are computed
+once in float64 by the NumPy backend and returned as tensors: ``dtype``
+defaults to float32 (as Hugging Face stores ``inv_freq``), pass
+``dtype=torch.float64`` for full precision. :func:`apply_rope` runs on ``x``'s
+device, is differentiable, computes the angles and the rotation in float32 at
+least (float64 when ``x`` is float64) and returns ``x.dtype``.
+"""
+
+import torch
+
+from .._checks import check_even, check_ndim
+from ..numpy import rope as _np_rope
+
+__all__ = [
+    "rope_inv_freq",
+    "pi_inv_freq",
+    "ntk_inv_freq",
+    "dynamic_ntk_inv_freq",
+    "yarn_inv_freq",
+    "rope_angles",
+    "rope_rotation_matrix",
+    "apply_rope",
+]
+
+
+def _tensor(array, dtype, device):
+    return torch.as_tensor(array, dtype=torch.float32 if dtype is None else dtype, device=device)
+
+
+def rope_inv_freq(head_dim, base=10000.0, *, dtype=None, device=None):
+    """Plain RoPE frequencies ``base ** (-2i/D)``, ``i = 0..D/2-1``; tensor ``(head_dim/2,)``.
+
+    ``head_dim`` even and positive, ``base > 1``. dtype defaults to float32.
+    """
+    return _tensor(_np_rope.rope_inv_freq(head_dim, base), dtype, device)
+
+
+def pi_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
+    """Position interpolation: ``base ** (-2i/D) / scale``, ``i = 0..D/2-1``; ``(head_dim/2,)``.
+
+    ``scale >= 1``; equivalent to feeding positions ``m / scale``.
+    """
+    return _tensor(_np_rope.pi_inv_freq(head_dim, base, scale), dtype, device)
+
+
+def ntk_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
+    """NTK-aware frequencies ``base' ** (-2i/D)``, ``i = 0..D/2-1``, ``base' = base * scale ** (D/(D-2))``.
+
+    The highest frequency (``i = 0``) is unchanged, the lowest (``i = D/2-1``)
+    is divided by exactly ``scale``; ``scale = 1`` is plain RoPE. ``(head_dim/2,)``.
+    """
+    return _tensor(_np_rope.ntk_inv_freq(head_dim, base, scale), dtype, device)
+
+
+def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len, *, dtype=None, device=None):
+    """Dynamic NTK (Hugging Face ``"dynamic"``): plain RoPE while ``seq_len <= original_max_len``.
+
+    Beyond it, ``base' = base * (scale * seq_len / original_max_len - (scale - 1)) ** (D/(D-2))``
+    and ``inv_freq[i] = base' ** (-2i/D)``, ``i = 0..D/2-1``. Tensor ``(head_dim/2,)``.
+    """
+    return _tensor(_np_rope.dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len), dtype, device)
+
+
+def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_slow=1, *, dtype=None, device=None):
+    """YaRN: ``(inv_freq (head_dim/2,), attention_factor)``.
+
+    ``inv_freq[i] = (1 - w[i]) theta[i] + w[i] theta[i] / scale`` for
+    ``i = 0..D/2-1`` with ``w`` a linear ramp from 0 (pairs turning more than
+    ``beta_fast`` times in ``original_max_len`` positions) to 1 (fewer than
+    ``beta_slow`` times); ``attention_factor = 0.1 ln(scale) + 1`` (1 if
+    ``scale <= 1``). See :func:`transformer_ref.numpy.yarn_inv_freq`.
+    """
+    inv_freq, attention_factor = _np_rope.yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast, beta_slow)
+    return _tensor(inv_freq, dtype, device), attention_factor
+
+
+def _compute_dtype(dtype):
+    """float64 stays float64; everything else (fp16, bf16, float32, ints) computes in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def rope_angles(positions, inv_freq):
+    """Rotation angles ``positions[..., None] * inv_freq``: ``(..., T)`` x ``(D/2,)`` -> ``(..., T, D/2)``.
+
+    Computed in float64 if ``inv_freq`` is float64, else float32, on ``inv_freq``'s device.
+    """
+    inv_freq = torch.as_tensor(inv_freq)
+    if inv_freq.ndim != 1:
+        raise ValueError(f"inv_freq must be 1-D (D/2,), got shape {tuple(inv_freq.shape)}")
+    dtype = _compute_dtype(inv_freq.dtype)
+    positions = torch.as_tensor(positions, device=inv_freq.device).to(dtype)
+    return positions[..., None] * inv_freq.to(dtype)
+
+
+def rope_rotation_matrix(position, inv_freq):
+    """The ``(D, D)`` RoPE matrix ``R(position)`` (interleaved layout).
+
+    Block ``i`` acts on features ``(2i, 2i+1)`` and is ``[[cos a, -sin a], [sin a, cos a]]``
+    with ``a = position * inv_freq[i]``; ``apply_rope(x, [position]) == x @ R.T``.
+    """
+    angles = rope_angles(position, inv_freq)
+    if angles.ndim != 1:
+        raise ValueError(f"position must be a scalar, got shape {tuple(angles.shape[:-1])}")
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    # each pair's 2x2 block, then place the blocks on the diagonal
+    blocks = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2)  # (D/2, 2, 2)
+    return torch.block_diag(*blocks.unbind(0))
+
+
+def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
+    """Rotate the last dimension of ``x (..., T, D)`` by RoPE (see the NumPy version).
+
+    positions: ``(T,)`` or broadcastable to ``x.shape[:-1]`` (e.g. ``(B, 1, T)``).
+    inv_freq: ``(D/2,)``; ``None`` means ``rope_inv_freq(D, base)``.
+    interleaved: pairs ``(2i, 2i+1)`` if True, ``(i, i + D/2)`` if False; each
+    pair ``(x1, x2)`` becomes ``(x1 cos a - x2 sin a, x1 sin a + x2 cos a)`` with
+    ``a = positions[t] * inv_freq[i]``. Returns ``x.dtype`` on ``x.device``.
+    For float64 ``x`` pass a float64 ``inv_freq`` (or ``None``), else the angles
+    inherit float32 rounding (about ``position * 6e-8`` radians).
+    """
+    shape = check_ndim("x", x, 2)
+    D = check_even("x.shape[-1]", shape[-1], " for RoPE")
+    dtype = _compute_dtype(x.dtype)
+    if inv_freq is None:
+        inv_freq = rope_inv_freq(D, base, dtype=torch.float64)
+    inv_freq = torch.as_tensor(inv_freq).to(device=x.device, dtype=dtype)
+    if tuple(inv_freq.shape) != (D // 2,):
+        raise ValueError(f"inv_freq must have shape ({D // 2},) for head size {D}, got {tuple(inv_freq.shape)}")
+    positions = torch.as_tensor(positions, device=x.device)
+    _np_rope._check_positions(positions.shape, shape)
+    angles = rope_angles(positions, inv_freq)  # (..., T, D/2)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    xc = x.to(dtype)
+    if interleaved:
+        x1, x2 = xc[..., 0::2], xc[..., 1::2]
+        out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+    else:
+        x1, x2 = xc[..., : D // 2], xc[..., D // 2 :]
+        out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return out.to(x.dtype)

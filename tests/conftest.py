@@ -1,0 +1,39 @@
+"""Shared fixtures for the test suite.
+
+* ``rng``: a seeded NumPy generator, so every test sees the same random data;
+* ``devices``: the torch devices to test on (``"cpu"``, plus ``"cuda"`` when present);
+* ``device``: one test per device (session-scoped, so hypothesis tests may use it);
+* a hypothesis profile with few examples and no deadline, to keep the suite fast.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import settings
+
+try:
+    import torch
+
+    DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+except ImportError:  # the NumPy-only parts of the suite still run
+    DEVICES = ["cpu"]
+
+settings.register_profile("course", max_examples=25, deadline=None, derandomize=True)
+settings.load_profile("course")
+
+
+@pytest.fixture
+def rng():
+    """A fresh ``numpy.random.default_rng(0)`` for each test."""
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def devices():
+    """Every torch device available here."""
+    return list(DEVICES)
+
+
+@pytest.fixture(scope="session", params=DEVICES)
+def device(request):
+    """Each available torch device in turn."""
+    return request.param
