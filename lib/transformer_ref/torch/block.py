@@ -1,1 +1,323 @@
-__all__ = []  # filled in by the module author
+"""The transformer block in PyTorch: same functions and semantics as :mod:`transformer_ref.numpy.block`.
+
+Everything runs on the input's device, keeps the input's dtype and is differentiable.
+``params`` may hold tensors or NumPy arrays (e.g. straight from
+:func:`transformer_ref.numpy.init_block_params`); each parameter is moved to ``x``'s
+device and dtype when used.  :class:`TransformerBlock` wraps the same functional
+code as an ``nn.Module`` with dropout and a KV cache for incremental decoding.
+
+Pre-norm: ``x = x + Attn(N1(x)); x = x + FFN(N2(x))``.
+Post-norm: ``x = N1(x + Attn(x)); x = N2(x + FFN(x))``.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._checks import check_choice, check_divisible, check_int, check_ndim, check_positive_float
+from ..counts import NORM_TYPES
+from ..numpy import block as _np_block
+from .attention import grouped_query_attention
+from .rope import apply_rope
+
+__all__ = [
+    "layer_norm",
+    "rms_norm",
+    "gelu",
+    "feed_forward",
+    "swiglu_feed_forward",
+    "multi_head_attention",
+    "transformer_block",
+    "init_block_params",
+    "TransformerBlock",
+]
+
+
+def _tensor(value, like):
+    """``value`` (tensor or array) as a tensor on ``like``'s device with ``like``'s dtype."""
+    return torch.as_tensor(value).to(device=like.device, dtype=like.dtype)
+
+
+def _check_last_dim(name, value, size):
+    if value.shape[-1] != size:
+        raise ValueError(f"{name} must have last dimension {size}, got shape {tuple(value.shape)}")
+
+
+def _param(params, key, like, shape=None):
+    """``params[key]`` on ``like``'s device/dtype, checking its shape; ``ValueError`` if absent."""
+    if key not in params:
+        raise ValueError(f"params is missing the key {key!r}")
+    value = _tensor(params[key], like)
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        raise ValueError(f"params[{key!r}] must have shape {tuple(shape)}, got {tuple(value.shape)}")
+    return value
+
+
+def _linear(x, params, w_key, b_key):
+    """``x @ W + b`` (the bias is skipped when absent from ``params``)."""
+    w = _param(params, w_key, x)
+    if w.ndim != 2 or w.shape[0] != x.shape[-1]:
+        raise ValueError(f"params[{w_key!r}] must have shape ({x.shape[-1]}, out), got {tuple(w.shape)}")
+    y = x @ w
+    if b_key in params:
+        y = y + _param(params, b_key, x, (w.shape[1],))
+    return y
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    """LayerNorm over the last axis with the biased variance: ``x (..., C)``, ``weight, bias (C,)``.
+
+    ``y = (x - mean) / sqrt(mean((x - mean)^2) + eps) * weight + bias`` (``bias`` may be None).
+    """
+    check_ndim("x", x, 1)
+    eps = check_positive_float("eps", eps)
+    weight = _tensor(weight, x)
+    _check_last_dim("weight", weight, x.shape[-1])
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + eps) * weight
+    if bias is not None:
+        bias = _tensor(bias, x)
+        _check_last_dim("bias", bias, x.shape[-1])
+        y = y + bias
+    return y
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm over the last axis: ``y = x / sqrt(mean(x^2) + eps) * weight``; ``x (..., C)``, ``weight (C,)``."""
+    check_ndim("x", x, 1)
+    eps = check_positive_float("eps", eps)
+    weight = _tensor(weight, x)
+    _check_last_dim("weight", weight, x.shape[-1])
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def gelu(x, approximate="none"):
+    """GELU, elementwise: ``x/2 (1 + erf(x/sqrt 2))`` (``"none"``) or the ``"tanh"`` approximation
+    ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    check_choice("approximate", approximate, ("none", "tanh"))
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def _activation(x, activation):
+    check_choice("activation", activation, _np_block.ACTIVATIONS)
+    if activation == "relu":
+        return torch.relu(x)
+    return gelu(x, "tanh" if activation == "gelu_tanh" else "none")
+
+
+def feed_forward(x, params, activation="gelu"):
+    """Position-wise FFN ``act(x @ w1 + b1) @ w2 + b2``; ``x (..., T, C)`` -> ``(..., T, C)``.
+
+    ``activation``: ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"relu"``; biases optional.
+    """
+    check_ndim("x", x, 1)
+    return _linear(_activation(_linear(x, params, "w1", "b1"), activation), params, "w2", "b2")
+
+
+def swiglu_feed_forward(x, params):
+    """SwiGLU FFN ``(silu(x @ w1) * (x @ w3)) @ w2`` (gate ``w1``, up ``w3``, down ``w2``; biases optional)."""
+    check_ndim("x", x, 1)
+    gate = F.silu(_linear(x, params, "w1", "b1"))
+    return _linear(gate * _linear(x, params, "w3", "b3"), params, "w2", "b2")
+
+
+def _split_heads(x, n_heads):
+    """``(..., T, H*D) -> (..., H, T, D)``."""
+    return x.unflatten(-1, (n_heads, x.shape[-1] // n_heads)).transpose(-2, -3)
+
+
+def _merge_heads(x):
+    """``(..., H, T, D) -> (..., T, H*D)``."""
+    return x.transpose(-2, -3).flatten(-2)
+
+
+def _attention_heads(params, n_heads, n_kv_heads, like):
+    """Validate the head counts against ``wq`` / ``wk``; return ``(H_kv, D)``."""
+    d_model = like.shape[-1]
+    n_heads = check_int("n_heads", n_heads, minimum=1)
+    head_dim = check_divisible("d_model", d_model, "n_heads", n_heads)
+    if n_kv_heads is None:  # infer from wk: (C, H_kv * D)
+        n_kv_heads = _param(params, "wk", like).shape[-1] // head_dim
+    n_kv_heads = check_int("n_kv_heads", n_kv_heads, minimum=1)
+    check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
+    for key, shape in [("wq", (d_model, n_heads * head_dim)), ("wk", (d_model, n_kv_heads * head_dim)),
+                       ("wv", (d_model, n_kv_heads * head_dim)), ("wo", (n_heads * head_dim, d_model))]:
+        _param(params, key, like, shape)
+    return n_kv_heads, head_dim
+
+
+def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=None, cache=None, layer_idx=0):
+    """Queries from ``x (..., T, C)``, keys/values from ``source (..., S, C)``.
+
+    With ``rope`` (self-attention only) queries and keys are rotated at ``positions``;
+    with a ``cache`` this step's keys/values are appended and all cached ones attended to."""
+    n_kv_heads, _ = _attention_heads(params, n_heads, n_kv_heads, x)
+    q = _split_heads(_linear(x, params, "wq", "bq"), n_heads)  # (..., H, T, D)
+    k = _split_heads(_linear(source, params, "wk", "bk"), n_kv_heads)  # (..., H_kv, S, D)
+    v = _split_heads(_linear(source, params, "wv", "bv"), n_kv_heads)  # (..., H_kv, S, D)
+    if rope is not None and rope is not False:
+        inv_freq = None if rope is True else rope  # None: base 10000, computed in float64
+        q = apply_rope(q, positions, inv_freq)
+        k = apply_rope(k, positions, inv_freq)
+    if cache is not None:
+        k, v = cache.update(layer_idx, k, v)  # (B, H_kv, S_cached, D)
+    out = grouped_query_attention(q, k, v, mask)  # (..., H, T, D)
+    return _linear(_merge_heads(out), params, "wo", "bo")
+
+
+def _default_positions(x, cache, layer_idx):
+    """``offset + arange(T)``; the offset is what the cache holds for this layer (0 without a cache)."""
+    offset = 0 if cache is None else cache.lengths[layer_idx]
+    return torch.arange(offset, offset + x.shape[-2], device=x.device)
+
+
+def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=None, *, positions=None,
+                         cache=None, layer_idx=0):
+    """Multi-head self-attention with optional GQA/MQA and RoPE (see the NumPy version).
+
+    ``x (..., T, C)`` -> ``(..., T, C)``.  ``n_kv_heads=None`` reads ``H_kv`` off ``wk``;
+    ``mask`` boolean, broadcastable to ``(..., H, T, S)``; ``rope``: None, True (base 10000)
+    or ``inv_freq (D/2,)``; ``positions`` default ``arange(T)`` (offset by the number of
+    positions the cache holds for ``layer_idx``).  Torch extras: with ``cache`` (a :class:`KVCache`, ``x`` of shape
+    ``(B, T, C)``) the rotated keys and values are appended to layer ``layer_idx`` and the
+    queries attend to all ``S = cache.seq_len`` cached positions; pass the bottom-right
+    ``causal_mask(T, S)`` for a multi-token step.
+    """
+    check_ndim("x", x, 2)
+    if positions is None:
+        positions = _default_positions(x, cache, layer_idx)
+    return _attend(x, x, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
+
+
+def _norm(x, params, name, norm, eps):
+    if norm == "rmsnorm":
+        return rms_norm(x, _param(params, f"{name}_weight", x), eps)
+    return layer_norm(x, _param(params, f"{name}_weight", x), params.get(f"{name}_bias"), eps)
+
+
+def _cross_attention(x, memory, params, n_heads, memory_mask=None):
+    """Queries from ``x (..., T, C)``, keys and values from ``memory (..., S, C)``
+    (the body of :func:`transformer_ref.torch.cross_attention`, used by the block)."""
+    check_ndim("memory", memory, 2)
+    if memory.shape[-1] != x.shape[-1]:
+        raise ValueError(f"memory must have the model width {x.shape[-1]} as last dimension, "
+                         f"got shape {tuple(memory.shape)}")
+    return _attend(x, memory.to(x.dtype), params, n_heads, None, memory_mask)
+
+
+def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_kv_heads=None,
+                      norm="layernorm", rope=None, positions=None, memory=None, memory_mask=None,
+                      eps=None, activation="gelu", cache=None, layer_idx=0, dropout=0.0):
+    """One transformer block, pre-norm (default) or post-norm; ``x (..., T, C)`` -> ``(..., T, C)``.
+
+    Same arguments and semantics as :func:`transformer_ref.numpy.transformer_block`::
+
+        pre:   x = x + SelfAttn(N1(x));  x = x + CrossAttn(N3(x), memory);  x = x + FFN(N2(x))
+        post:  x = N1(x + SelfAttn(x));  x = N3(x + CrossAttn(x, memory));  x = N2(x + FFN(x))
+
+    (cross-attention only when ``memory`` is given; SwiGLU FFN when ``w3`` is in ``params``).
+    Torch extras: ``cache``/``layer_idx`` for incremental decoding (see
+    :func:`multi_head_attention`) and ``dropout``, the probability of zeroing each
+    sublayer output before it is added to the residual stream (0 = off).
+    """
+    check_ndim("x", x, 2)
+    check_choice("norm_position", norm_position, ("pre", "post"))
+    check_choice("norm", norm, NORM_TYPES)
+    eps = _np_block.DEFAULT_EPS[norm] if eps is None else eps
+    if memory is not None and "cross_wq" not in params:
+        raise ValueError("memory was given but params has no cross-attention keys (cross_wq, ...): "
+                         "use init_block_params(..., cross_attention=True)")
+    if positions is None:
+        positions = _default_positions(x, cache, layer_idx)
+
+    def self_attention(h):
+        return _attend(h, h, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
+
+    def cross(h):
+        return _cross_attention(h, memory, _np_block._prefixed(params, "cross_"), n_heads, memory_mask)
+
+    def ffn(h):
+        return swiglu_feed_forward(h, params) if "w3" in params else feed_forward(h, params, activation)
+
+    sublayers = [("ln1", self_attention)] + ([("ln3", cross)] if memory is not None else []) + [("ln2", ffn)]
+    for name, sublayer in sublayers:
+        if norm_position == "pre":
+            x = x + F.dropout(sublayer(_norm(x, params, name, norm, eps)), dropout)
+        else:
+            x = _norm(x + F.dropout(sublayer(x), dropout), params, name, norm, eps)
+    return x
+
+
+def init_block_params(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True, ffn="gelu",
+                      norm="layernorm", seed=0, cross_attention=False, dtype=torch.float32, device=None):
+    """:func:`transformer_ref.numpy.init_block_params` as tensors (``dtype``, default float32,
+    on ``device``): the same keys and, for the same ``seed``, the same values."""
+    params = _np_block.init_block_params(d_model, n_heads, d_ff, n_kv_heads=n_kv_heads, bias=bias, ffn=ffn,
+                                         norm=norm, seed=seed, cross_attention=cross_attention)
+    return {key: torch.as_tensor(value, dtype=dtype, device=device) for key, value in params.items()}
+
+
+class TransformerBlock(nn.Module):
+    """A transformer block as an ``nn.Module``; its parameters are the flat dict of
+    :func:`init_block_params`, registered under the same names (``block.wq``, ``block.ln1_weight``...).
+
+    ``forward(x (B, T, C), mask=None, *, rope=None, positions=None, memory=None,
+    memory_mask=None, cache=None, layer_idx=0) -> (B, T, C)`` calls :func:`transformer_block`;
+    dropout (on each sublayer's output) is active in training mode only.  With a
+    :class:`KVCache`, this step's keys/values are appended to layer ``layer_idx`` and
+    attended over, for incremental decoding.  ``params()`` returns the parameters as a
+    dict sharing storage; ``load_params(d)`` copies a dict (tensors or NumPy arrays) in.
+    Initialisation follows :func:`init_block_params` with a seed drawn from torch's RNG,
+    so ``torch.manual_seed`` makes it reproducible.
+    """
+
+    def __init__(self, d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True, ffn="gelu",
+                 norm="layernorm", norm_position="pre", cross_attention=False, dropout=0.0, eps=None,
+                 activation="gelu"):
+        super().__init__()
+        check_choice("norm_position", norm_position, ("pre", "post"))
+        check_choice("activation", activation, _np_block.ACTIVATIONS)
+        self.dropout = check_positive_float("dropout", dropout, minimum=0.0)
+        if self.dropout >= 1.0:
+            raise ValueError(f"dropout must be < 1, got {dropout}")
+        self.n_heads, self.n_kv_heads = n_heads, n_heads if n_kv_heads is None else n_kv_heads
+        self.norm, self.norm_position, self.eps, self.activation = norm, norm_position, eps, activation
+        self.cross_attention = cross_attention
+        seed = int(torch.randint(0, 2**31 - 1, ()))
+        init = init_block_params(d_model, n_heads, d_ff, n_kv_heads=n_kv_heads, bias=bias, ffn=ffn, norm=norm,
+                                 seed=seed, cross_attention=cross_attention)
+        self._keys = list(init)
+        for key, value in init.items():
+            self.register_parameter(key, nn.Parameter(value))
+
+    def params(self):
+        """The parameters as the flat dict of :func:`init_block_params` (same storage)."""
+        return {key: getattr(self, key) for key in self._keys}
+
+    @torch.no_grad()
+    def load_params(self, params):
+        """Copy ``params`` (tensors or NumPy arrays, exactly this block's keys and shapes) in."""
+        if set(params) != set(self._keys):
+            raise ValueError(f"params keys {sorted(params)} differ from the block's {sorted(self._keys)}")
+        for key in self._keys:
+            target = getattr(self, key)
+            value = torch.as_tensor(params[key])
+            if tuple(value.shape) != tuple(target.shape):
+                raise ValueError(f"params[{key!r}] must have shape {tuple(target.shape)}, got {tuple(value.shape)}")
+            target.copy_(value)
+        return self
+
+    def forward(self, x, mask=None, *, rope=None, positions=None, memory=None, memory_mask=None, cache=None,
+                layer_idx=0):
+        if (memory is not None) != self.cross_attention:
+            raise ValueError("memory must be given exactly when the block has cross_attention=True")
+        return transformer_block(
+            x, self.params(), self.n_heads, norm_position=self.norm_position, mask=mask,
+            n_kv_heads=self.n_kv_heads, norm=self.norm, rope=rope, positions=positions, memory=memory,
+            memory_mask=memory_mask, eps=self.eps, activation=self.activation, cache=cache,
+            layer_idx=layer_idx, dropout=self.dropout if self.training else 0.0)
