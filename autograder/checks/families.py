@@ -1,0 +1,90 @@
+"""Hidden tests of assignment 05-families (NumPy, float64 inputs).
+
+Tolerances: masks exact; cross-attention rtol 1e-7, atol 1e-8 (float64 through
+four projections and a softmax).
+"""
+
+import numpy as np
+from transformer_ref import numpy as ref
+
+from ._common import (assert_choice, assert_close, assert_equal_mask, call, hidden_test,
+                      rng, to_numpy)
+
+F64 = dict(rtol=1e-7, atol=1e-8)
+FAMILIES = ("A", "B", "C")  # A encoder-only, B decoder-only, C encoder-decoder
+ATTENTION_KEYS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
+LENGTH_CASES = [(np.array([4, 2, 1]), 4), (np.array([5]), 5), (np.array([3, 6]), 6)]
+
+
+def _key_padding(lengths, T):
+    """(B, 1, T): key j of sequence b exists iff j < lengths[b]."""
+    return (np.arange(T) < lengths[:, None])[:, None, :]
+
+
+@hidden_test
+def check_encoder_mask(encoder_mask):
+    """Bidirectional self-attention over the real (non-padding) tokens."""
+    for lengths, T in LENGTH_CASES:
+        what = f"encoder_mask(lengths={lengths.tolist()}, T={T})"
+        expected = np.broadcast_to(_key_padding(lengths, T), (len(lengths), T, T))
+        assert_equal_mask(call(encoder_mask, lengths, T, what=what), expected, what,
+                          hint="Every query may see every real key; padding keys (j >= length) "
+                               "are hidden.")
+
+
+@hidden_test
+def check_decoder_mask(decoder_mask):
+    """Causal self-attention over the real tokens."""
+    for lengths, T in LENGTH_CASES:
+        what = f"decoder_mask(lengths={lengths.tolist()}, T={T})"
+        expected = _key_padding(lengths, T) & ref.causal_mask(T)
+        assert_equal_mask(call(decoder_mask, lengths, T, what=what), expected, what,
+                          hint="Combine the causal mask (j <= i) with the padding mask (j < length).")
+
+
+@hidden_test
+def check_prefix_lm_mask(prefix_lm_mask):
+    """Prefix LM: bidirectional inside the prefix, causal after it."""
+    for T, prefix_len in [(5, 0), (5, 5), (6, 2), (1, 1), (7, 3)]:
+        what = f"prefix_lm_mask(T={T}, prefix_len={prefix_len})"
+        assert_equal_mask(call(prefix_lm_mask, T, prefix_len, what=what),
+                          ref.prefix_lm_mask(T, prefix_len), what)
+
+
+def _attention_params(d_model, n_heads, seed):
+    params = ref.init_block_params(d_model, n_heads, 4 * d_model, seed=seed)
+    return {key: params[key] for key in ATTENTION_KEYS}
+
+
+@hidden_test
+def check_cross_attention(cross_attention):
+    """Decoder queries over encoder memory: T != S, batch dims, a memory padding mask."""
+    g = rng(501)
+    memory_mask = np.array([True, True, True, False, False, True, True])
+    batch_mask = _key_padding(np.array([7, 3]), 7)[:, None]  # (B, 1, 1, S)
+    for x_shape, m_shape, n_heads, mask in [((5, 16), (9, 16), 4, None),
+                                            ((2, 3, 12), (2, 7, 12), 3, batch_mask),
+                                            ((4, 8), (7, 8), 2, memory_mask)]:
+        x, memory = g.standard_normal(x_shape), g.standard_normal(m_shape)
+        params = _attention_params(x_shape[-1], n_heads, seed=30 + n_heads)
+        what = f"cross_attention (x of shape {x_shape}, memory of shape {m_shape})"
+        out = to_numpy(call(cross_attention, x, memory, params, n_heads, mask, what=what), what)
+        expected = ref.cross_attention(x, memory, params, n_heads, memory_mask=mask)
+        assert_close(out, expected, what, **F64,
+                     hint="Queries come from x (x @ wq + bq), keys and values from memory; "
+                          "no causal mask in cross-attention.")
+
+
+@hidden_test
+def check_answer_sentiment(answer):
+    assert_choice(answer, "A", "ANSWER_SENTIMENT", FAMILIES)
+
+
+@hidden_test
+def check_answer_code_completion(answer):
+    assert_choice(answer, "B", "ANSWER_CODE_COMPLETION", FAMILIES)
+
+
+@hidden_test
+def check_answer_speech_to_text(answer):
+    assert_choice(answer, "C", "ANSWER_SPEECH_TO_TEXT", FAMILIES)

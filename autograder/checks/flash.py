@@ -1,0 +1,150 @@
+"""Hidden tests of assignment 06-flash-attention (NumPy, float64 inputs).
+
+Tolerances: rtol 1e-7, atol 1e-9 (the online rescaling changes the summation
+order, float64 keeps that far below 1e-9). Memory is measured with
+``tracemalloc`` (NumPy reports its buffers to it): the tiled functions must stay
+far below the size of the full T x S score matrix.
+"""
+
+import tracemalloc
+
+import numpy as np
+from transformer_ref import numpy as ref
+
+from ._common import (assert_close, assert_number, call, fail, hidden_test, rng,
+                      to_numpy)
+
+F64 = dict(rtol=1e-7, atol=1e-9)
+
+
+def _stats(x):
+    """Row maximum and sum(exp(x - max)); a row of only -inf gives (-inf, 0)."""
+    m = x.max(axis=-1)
+    finite_m = np.where(np.isfinite(m), m, 0.0)
+    return m, np.exp(x - finite_m[..., None]).sum(axis=-1)
+
+
+def _softmax_cases():
+    g = rng(601)
+    x = g.standard_normal((3, 10))
+    yield "equal chunks", x, [4, 4, 2]
+    yield "ragged chunks with batch dims", g.standard_normal((2, 4, 13)), [5, 1, 7]
+    yield "single chunk", g.standard_normal((5,)), [5]
+    yield "large scores", 1e3 * g.standard_normal((4, 9)), [3, 3, 3]
+    x = g.standard_normal((3, 8))
+    x[0, :4] = -np.inf   # the first chunk of row 0 is fully masked
+    x[1, :] = -np.inf    # row 1 is fully masked
+    yield "masked (-inf) chunks", x, [4, 4]
+
+
+@hidden_test
+def check_online_softmax(online_softmax):
+    """One pass over chunks gives the row max and sum(exp(x - max)) of the whole row."""
+    for label, x, sizes in _softmax_cases():
+        bounds = np.cumsum([0, *sizes])
+        chunks = (x[..., a:b] for a, b in zip(bounds[:-1], bounds[1:]))
+        what = f"online_softmax ({label})"
+        result = call(online_softmax, chunks, what=what)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            fail(f"{what} must return a tuple (m, l).")
+        m_exp, l_exp = _stats(x)
+        assert_close(to_numpy(result[0], what), m_exp, f"{what}, running max m", **F64)
+        assert_close(to_numpy(result[1], what), l_exp, f"{what}, normaliser l", **F64,
+                     hint="When the max grows from m to m_new, rescale l by exp(m - m_new); "
+                          "treat a chunk whose entries are all -inf without producing NaN.")
+
+
+def _flash_cases():
+    g = rng(602)
+    for shape_q, shape_kv, causal, block_q, block_k in [
+            ((2, 37, 8), (2, 53, 8), False, 16, 16),   # ragged tiles, T != S
+            ((2, 3, 40, 16), (2, 3, 40, 16), True, 8, 8),
+            ((1, 29, 4), (1, 61, 4), True, 16, 8),    # causal, T < S, tiles skip/clip
+            ((3, 5, 8), (3, 5, 8), True, 1, 1),       # one query, one key per tile
+            ((1, 7, 8), (1, 30, 8), True, 4, 6),      # T < S, several ragged key tiles
+            ((2, 6, 8), (2, 9, 8), False, 64, 64)]:   # one tile larger than the input
+        q = g.standard_normal(shape_q)
+        k, v = g.standard_normal(shape_kv), g.standard_normal(shape_kv)
+        yield q, k, v, causal, block_q, block_k
+
+
+@hidden_test
+def check_flash_attention(flash_attention):
+    """Tiled attention equals plain attention: ragged tiles, T != S, causal and not."""
+    for q, k, v, causal, block_q, block_k in _flash_cases():
+        T, S = q.shape[-2], k.shape[-2]
+        what = (f"flash_attention (T={T}, S={S}, causal={causal}, "
+                f"block_q={block_q}, block_k={block_k})")
+        out = to_numpy(call(flash_attention, q, k, v, causal, block_q, block_k, what=what), what)
+        mask = ref.causal_mask(T, S) if causal else None
+        expected = ref.scaled_dot_product_attention(q, k, v, mask)
+        assert_close(out, expected, what, **F64,
+                     hint="Keep a running max m, normaliser l and accumulator per query row, "
+                          "rescale them when m grows, divide by l once at the end, and use "
+                          "the bottom-right causal mask for each tile.")
+
+
+def _peak_bytes(fn, *args, what):
+    """Peak bytes allocated while ``fn(*args)`` runs (inputs copied before measuring)."""
+    args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
+    tracemalloc.start()
+    try:
+        call(fn, *args, what=what, copy_inputs=False)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@hidden_test
+def check_flash_memory(flash_attention):
+    """No T x S matrix: peak extra memory below 1/4 of the score matrix at T = S = 1024."""
+    g = rng(603)
+    T, D = 1024, 32
+    q, k, v = g.standard_normal((3, T, D))
+    peak = _peak_bytes(flash_attention, q, k, v, True, 64, 64, what="flash_attention (T = S = 1024)")
+    if peak > T * T * 8 // 4:
+        fail(f"flash_attention (T = S = {T}, 64 x 64 tiles) allocated {peak / 2**20:.1f} MiB at "
+             f"peak; the full score matrix is {T * T * 8 / 2**20:.0f} MiB. Work tile by tile "
+             "and never build a T x S array.")
+
+
+@hidden_test
+def check_sliding_window_attention(sliding_window_attention):
+    """Causal sliding window of W keys (the current one included)."""
+    g = rng(604)
+    for shape, window in [((2, 10, 8), 3), ((2, 3, 16, 4), 1), ((1, 7, 8), 7), ((1, 6, 8), 20),
+                          ((4, 25, 16), 5)]:
+        q, k, v = g.standard_normal((3, *shape))
+        T = shape[-2]
+        what = f"sliding_window_attention (T={T}, window={window})"
+        out = to_numpy(call(sliding_window_attention, q, k, v, window, what=what), what)
+        expected = ref.scaled_dot_product_attention(q, k, v, ref.sliding_window_mask(T, window))
+        assert_close(out, expected, what, **F64,
+                     hint="Query i sees keys i - window + 1 .. i (clipped at 0): window keys, "
+                          "itself included.")
+
+
+@hidden_test
+def check_sliding_window_memory(sliding_window_attention):
+    """O(T * W) memory: at T = 4096, W = 8 far below the T x T score matrix."""
+    g = rng(605)
+    T, D, W = 4096, 8, 8
+    q, k, v = g.standard_normal((3, T, D))
+    peak = _peak_bytes(sliding_window_attention, q, k, v, W,
+                       what="sliding_window_attention (T = 4096, window = 8)")
+    if peak > T * T * 8 // 8:
+        fail(f"sliding_window_attention (T = {T}, window = {W}) allocated {peak / 2**20:.1f} MiB "
+             f"at peak; the full score matrix is {T * T * 8 / 2**20:.0f} MiB. Only compute the "
+             "scores of the window keys.")
+
+
+@hidden_test
+def check_answer_score_bytes(answer):
+    """fp16 score matrix of one head at N = 100,000."""
+    assert_number(answer, 100_000 * 100_000 * 2, "ANSWER_SCORE_BYTES", integer=True)
+
+
+@hidden_test
+def check_answer_window_entries(answer):
+    assert_number(answer, int(ref.sliding_window_mask(10, 3).sum()), "ANSWER_WINDOW_ENTRIES",
+                  integer=True)

@@ -1,0 +1,94 @@
+"""Hidden tests of assignment 01-rope (NumPy, float64 inputs).
+
+Tolerances: frequencies rtol 1e-9 (pure float64 powers); rotated vectors
+rtol 1e-7, atol 1e-9 (a few float64 sin/cos per entry); conceptual numbers rtol 1e-3.
+"""
+
+import numpy as np
+from transformer_ref import numpy as ref
+
+from ._common import (assert_close, assert_number, call, expect_value_error, fail,
+                      hidden_test, rng, to_numpy)
+
+FREQ_TOL = dict(rtol=1e-9, atol=0.0)
+ROPE_TOL = dict(rtol=1e-7, atol=1e-9)
+
+
+@hidden_test
+def check_rope_inv_freq(rope_inv_freq):
+    """``rope_inv_freq(head_dim, base)`` equals base**(-2i/head_dim) for several sizes."""
+    for head_dim, base in [(2, 10000.0), (8, 10000.0), (64, 10000.0), (128, 500000.0), (6, 7.5)]:
+        what = f"rope_inv_freq(head_dim={head_dim}, base={base})"
+        out = to_numpy(call(rope_inv_freq, head_dim, base, what=what), what)
+        assert_close(out, ref.rope_inv_freq(head_dim, base), what, **FREQ_TOL,
+                     hint="Pair i uses base ** (-2 * i / head_dim) for i = 0 .. head_dim/2 - 1.")
+    expect_value_error(rope_inv_freq, 7, 10000.0, what="rope_inv_freq(7)", argument="head_dim")
+
+
+def _rope_cases():
+    g = rng(101)
+    yield "one head", g.standard_normal((5, 8)), np.arange(5)
+    yield "batch and heads", g.standard_normal((2, 3, 7, 16)), np.arange(7)
+    yield "positions not starting at 0", g.standard_normal((4, 6, 32)), np.arange(100, 106)
+    yield "unordered positions", g.standard_normal((1, 9, 10)), g.permutation(50)[:9]
+
+
+@hidden_test
+def check_apply_rope(apply_rope):
+    """Interleaved RoPE on random inputs with batch/head dims and arbitrary positions."""
+    for label, x, positions in _rope_cases():
+        head_dim = x.shape[-1]
+        inv_freq = ref.rope_inv_freq(head_dim, 10000.0)
+        what = f"apply_rope ({label}, x of shape {x.shape})"
+        out = to_numpy(call(apply_rope, x, positions, inv_freq, what=what), what)
+        expected = ref.apply_rope(x, positions, inv_freq, interleaved=True)
+        assert_close(out, expected, what, **ROPE_TOL,
+                     hint="Check the pair layout: pair i is (x[..., 2i], x[..., 2i+1]), "
+                          "rotated by position * inv_freq[i].")
+
+
+@hidden_test
+def check_apply_rope_relative(apply_rope):
+    """The property RoPE is built for: q.k after rotation depends only on n - m."""
+    g = rng(102)
+    head_dim = 16
+    inv_freq = ref.rope_inv_freq(head_dim, 10000.0)
+    q, k = g.standard_normal((2, head_dim))
+    scores = []
+    for m, n in [(0, 5), (10, 15), (237, 242), (1000, 1005)]:
+        what = "apply_rope (relative-position property)"
+        rq = to_numpy(call(apply_rope, q[None], np.array([m]), inv_freq, what=what), what)[0]
+        rk = to_numpy(call(apply_rope, k[None], np.array([n]), inv_freq, what=what), what)[0]
+        scores.append(float(rq @ rk))
+    if max(scores) - min(scores) > 1e-8 * max(1.0, max(abs(s) for s in scores)):
+        fail("apply_rope: the score <RoPE(q, m), RoPE(k, n)> changes when m and n are shifted "
+             "by the same amount; a rotation by position * inv_freq must depend only on n - m.")
+    norms_in = np.linalg.norm(q)
+    rq = to_numpy(call(apply_rope, q[None], np.array([77]), inv_freq, what=what), what)[0]
+    if abs(np.linalg.norm(rq) - norms_in) > 1e-9 * norms_in:
+        fail("apply_rope: a rotation must keep the vector's length.")
+
+
+@hidden_test
+def check_ntk_inv_freq(ntk_inv_freq):
+    """NTK-aware frequencies: first pair untouched, last pair divided by the scale."""
+    for head_dim, base, scale in [(8, 10000.0, 2.0), (64, 10000.0, 4.0), (128, 10000.0, 8.0),
+                                  (128, 500000.0, 1.0), (4, 100.0, 16.0)]:
+        what = f"ntk_inv_freq(head_dim={head_dim}, base={base}, scale={scale})"
+        out = to_numpy(call(ntk_inv_freq, head_dim, base, scale, what=what), what)
+        assert_close(out, ref.ntk_inv_freq(head_dim, base, scale), what, **FREQ_TOL,
+                     hint="NTK-aware scaling changes the base to base * scale ** (d / (d - 2)).")
+
+
+@hidden_test
+def check_answer_slowest_wavelength(answer):
+    """Positions per full turn of the slowest pair, head_dim 128, base 10000."""
+    expected = 2 * np.pi / ref.rope_inv_freq(128, 10000.0)[-1]
+    assert_number(answer, expected, "ANSWER_SLOWEST_WAVELENGTH", rtol=1e-3)
+
+
+@hidden_test
+def check_answer_full_turn_pairs(answer):
+    """How many of the 64 pairs (head_dim 128) turn fully within 4096 positions."""
+    expected = int(np.sum(4096 * ref.rope_inv_freq(128, 10000.0) >= 2 * np.pi))
+    assert_number(answer, expected, "ANSWER_FULL_TURN_PAIRS", integer=True)

@@ -1,0 +1,618 @@
+"""The six nbgrader assignments and the grader-only checks behind their hidden tests.
+
+* structure: every solution cell has a stub, grade ids are unique, the points table of
+  each intro matches the cells' metadata, hidden tests are one call into
+  ``autograder.checks``;
+* student versions (``release/``): not stale, and no solution or hidden-test text in
+  them, in the built site (when built) or in feedback HTML;
+* grading: the source notebooks score full autograded marks and the student versions
+  score zero (nbgrader ``generate_assignment`` + ``autograde`` in a temporary course);
+* the checks: each passes the course's solution, fails typical wrong implementations
+  with a clear message, and catches solutions that use ``transformer_ref``/SDPA or
+  monkeypatch NumPy or the checks.
+"""
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the grader-only checks are not installed, they live in the repo
+    sys.path.insert(0, str(ROOT))
+ASSIGNMENTS = ["01-rope", "02-gqa-kv-cache", "03-causal-mask", "04-transformer-block",
+               "05-families", "06-flash-attention"]
+FORBIDDEN_MARKERS = ["BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
+                     "autograder.checks", "_checks.check_"]
+
+
+def source_path(aid):
+    return ROOT / "solutions" / aid / f"{aid}.ipynb"
+
+
+def release_path(aid):
+    return ROOT / "release" / aid / f"{aid}.ipynb"
+
+
+def read(path):
+    return nbformat.read(str(path), as_version=4)
+
+
+def meta(cell):
+    return cell.metadata.get("nbgrader", {})
+
+
+def solution_lines(aid, min_len=30):
+    """Distinctive lines of the solution regions and written model answers of ``aid``
+    (lines that the given parts of the notebook also show, e.g. in a visible test, excluded)."""
+    lines, shown = set(), set()
+    for cell in read(source_path(aid)).cells:
+        body = cell.source
+        if meta(cell).get("solution") and cell.cell_type == "code":
+            body = "\n".join(re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", body, re.S))
+            shown |= {line.strip() for line in re.sub(r"### BEGIN SOLUTION\n.*?### END SOLUTION", "",
+                                                       cell.source, flags=re.S).splitlines()}
+        elif not meta(cell).get("solution"):
+            shown |= {line.strip() for line in body.splitlines()}
+            continue
+        lines |= {line.strip() for line in body.splitlines() if len(line.strip()) >= min_len}
+    return lines - shown
+
+
+def normalised(nb):
+    """What a student sees: cell types, sources and nbgrader metadata."""
+    return [(c.cell_type, c.source, meta(c)) for c in nb.cells]
+
+
+# --------------------------------------------------------------------------- structure
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_folder_holds_only_the_notebook(aid):
+    """nbgrader copies every file of solutions/<id>/ to students."""
+    files = sorted(p.name for p in (ROOT / "solutions" / aid).iterdir() if p.name != ".ipynb_checkpoints")
+    assert files == [f"{aid}.ipynb"]
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_source_structure(aid):
+    nb = read(source_path(aid))
+    assert nb.metadata.kernelspec.name == "python3"
+    ids = [meta(c)["grade_id"] for c in nb.cells if meta(c)]
+    assert len(ids) == len(set(ids)), "grade ids must be unique"
+    setup = nb.cells[1]
+    assert meta(setup)["locked"] and not meta(setup)["solution"] and "filterwarnings" in setup.source
+    for cell in nb.cells:
+        m = meta(cell)
+        if m.get("solution") and cell.cell_type == "code":
+            assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, m["grade_id"]
+        if m.get("grade") and cell.cell_type == "code":
+            assert m["locked"] and m["points"] > 0, m["grade_id"]
+            hidden = re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S)
+            assert len(hidden) == 1, f"{m['grade_id']}: one hidden block per test cell"
+            calls = [line for line in hidden[0].splitlines() if not line.startswith("import ")]
+            assert len(calls) == 1 and calls[0].startswith("_checks."), \
+                f"{m['grade_id']}: the hidden block is one call into autograder.checks"
+    written = [c for c in nb.cells if c.cell_type == "markdown" and meta(c).get("grade")]
+    assert len(written) == 1 and meta(written[0])["solution"], "one manually graded answer"
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_intro_points_table_matches_metadata(aid):
+    nb = read(source_path(aid))
+    rows = re.findall(r"^\| (\d+) \| .* \| (\d+) \|$", nb.cells[0].source, re.M)
+    table = {int(part): int(points) for part, points in rows}
+    metadata = {}
+    for cell in nb.cells:
+        m = meta(cell)
+        if m.get("grade"):
+            part = int(re.match(r"p(\d+)_", m["grade_id"]).group(1))
+            metadata[part] = metadata.get(part, 0) + m["points"]
+    assert table == metadata
+    total = re.search(r"\*\*Total\*\* \| \*\*(\d+)\*\*", nb.cells[0].source).group(1)
+    assert int(total) == sum(metadata.values())
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_student_version_has_stubs_and_nothing_hidden(aid):
+    source, release = read(source_path(aid)), read(release_path(aid))
+    assert [meta(c).get("grade_id") for c in source.cells] == [meta(c).get("grade_id") for c in release.cells]
+    text = json.dumps([c.source for c in release.cells])
+    for marker in FORBIDDEN_MARKERS:
+        assert marker not in text, marker
+    for line in solution_lines(aid):
+        assert line not in text, line
+    for cell in release.cells:
+        if meta(cell).get("solution"):
+            stub = "raise NotImplementedError()" if cell.cell_type == "code" else "YOUR ANSWER HERE"
+            assert stub in cell.source, meta(cell)["grade_id"]
+        assert not cell.get("outputs"), "student versions carry no outputs"
+
+
+def test_built_site_has_no_solution_text():
+    site = ROOT / "_build" / "html"
+    if not site.exists():
+        pytest.skip("the book is not built (make book)")
+    secrets = set(FORBIDDEN_MARKERS) | {line for aid in ASSIGNMENTS for line in solution_lines(aid, 60)}
+    for path in list(site.rglob("*.html")) + list(site.rglob("*.ipynb")):
+        text = path.read_text(errors="replace")
+        if path.suffix == ".html":
+            text = html.unescape(re.sub(r"<[^>]+>", "", text))
+        for secret in secrets:
+            assert secret not in text, f"{path.relative_to(site)} contains {secret!r}"
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_exercise_page_links_the_student_version(aid):
+    page = (ROOT / "exercises" / f"{aid}.md").read_text()
+    assert f"../release/{aid}/{aid}.ipynb>`" in page
+    assert "{doc}`../chapters/" in page
+
+
+# --------------------------------------------------------------------------- grading
+
+def _nbgrader_config(root):
+    from traitlets.config import Config
+
+    c = Config()
+    c.CourseDirectory.root = str(root)
+    c.CourseDirectory.source_directory = "solutions"
+    c.CourseDirectory.release_directory = "release"
+    c.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
+    c.Execute.timeout = 120
+    # tracebacks without source lines, so feedback cannot show a hidden test's code
+    c.Execute.extra_arguments = ["--InteractiveShell.xmode=Minimal"]
+    c.GenerateFeedback.preprocessors = [
+        "nbgrader.preprocessors.GetGrades",
+        "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+        "nbgrader.preprocessors.ClearHiddenTests",
+    ]
+    return c
+
+
+GRADE_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.api import Gradebook
+    sys.path.insert(0, {tests!r})
+    from test_assignments import _nbgrader_config, ASSIGNMENTS
+    root = Path(sys.argv[1])
+    api = NbGraderAPI(config=_nbgrader_config(root))
+    out = {{}}
+    for aid in ASSIGNMENTS:
+        result = api.generate_assignment(aid, force=True)
+        assert result["success"], result["error"]
+    for aid in ASSIGNMENTS:
+        for student, folder in (("reference", "solutions"), ("blank", "release")):
+            target = root / "submitted" / student / aid
+            target.mkdir(parents=True, exist_ok=True)
+            (target / f"{{aid}}.ipynb").write_bytes((root / folder / aid / f"{{aid}}.ipynb").read_bytes())
+            result = api.autograde(aid, student, force=True, create=True)
+            assert result["success"], result["error"]
+            result = api.generate_feedback(aid, student, force=True)
+            assert result["success"], result["error"]
+    with Gradebook(f"sqlite:///{{root / 'gradebook.db'}}") as gb:
+        for aid in ASSIGNMENTS:
+            for student in ("reference", "blank"):
+                nb = gb.find_submission_notebook(aid, aid, student)
+                out[f"{{aid}}/{{student}}"] = [
+                    (g.name, g.auto_score, g.max_score, g.cell_type) for g in nb.grades]
+    print("RESULT" + json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A temporary course: generate all six, autograde the sources and the student versions."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run([sys.executable, "-c", GRADE_SCRIPT.format(tests=str(ROOT / "tests")), str(root)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    return root, json.loads(line[len("RESULT"):])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_committed_student_versions_are_not_stale(course, aid):
+    root, _ = course
+    assert normalised(read(root / "release" / aid / f"{aid}.ipynb")) == normalised(read(release_path(aid))), \
+        "release/ is stale: run python -m autograder generate --all"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_sources_score_full_marks_and_student_versions_zero(course, aid):
+    _, scores = course
+    reference = scores[f"{aid}/reference"]
+    auto = [(name, score, max_score) for name, score, max_score, kind in reference if kind == "code"]
+    assert auto and all(score == max_score for _, score, max_score in auto), auto
+    assert all(score in (0, None) for name, score, _, kind in scores[f"{aid}/blank"]), scores[f"{aid}/blank"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_feedback_has_no_hidden_tests(course, aid):
+    root, _ = course
+    for student in ("reference", "blank"):
+        page = root / "feedback" / student / aid / f"{aid}.html"
+        text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+        for marker in ["BEGIN HIDDEN TESTS", "autograder.checks", "_checks.check_"]:
+            assert marker not in text, f"{student}: {marker}"
+        if student == "blank":
+            for line in solution_lines(aid):
+                assert line not in text, line
+
+
+# --------------------------------------------------------------------------- the checks
+
+def solved_namespace(aid, replace=()):
+    """Run the set-up and solution cells of ``aid`` (optionally edited) like a notebook does."""
+    nb = read(source_path(aid))
+    namespace = {"__name__": "__main__"}
+    code = [nb.cells[1].source] + [c.source for c in nb.cells if meta(c).get("solution") and c.cell_type == "code"]
+    code = "\n\n".join(code)
+    for old, new in replace:
+        assert old in code, f"mutation target not found: {old!r}"
+        code = code.replace(old, new)
+    exec(compile(code, f"<{aid}>", "exec"), namespace)
+    return namespace
+
+
+from autograder.checks import block, causal, families, flash, gqa, rope  # noqa: E402
+
+PASSING = [
+    ("01-rope", rope.check_rope_inv_freq, "rope_inv_freq"),
+    ("01-rope", rope.check_apply_rope, "apply_rope"),
+    ("01-rope", rope.check_apply_rope_relative, "apply_rope"),
+    ("01-rope", rope.check_ntk_inv_freq, "ntk_inv_freq"),
+    ("01-rope", rope.check_answer_slowest_wavelength, "ANSWER_SLOWEST_WAVELENGTH"),
+    ("01-rope", rope.check_answer_full_turn_pairs, "ANSWER_FULL_TURN_PAIRS"),
+    ("02-gqa-kv-cache", gqa.check_repeat_kv, "repeat_kv"),
+    ("02-gqa-kv-cache", gqa.check_grouped_query_attention, "grouped_query_attention"),
+    ("02-gqa-kv-cache", gqa.check_kv_cache_bytes, "kv_cache_bytes"),
+    ("02-gqa-kv-cache", gqa.check_grouped_query_attention_torch, "grouped_query_attention_torch"),
+    ("02-gqa-kv-cache", gqa.check_decode_step, "decode_step"),
+    ("02-gqa-kv-cache", gqa.check_answer_kv_bytes_mha, "ANSWER_KV_BYTES_MHA"),
+    ("02-gqa-kv-cache", gqa.check_answer_kv_bytes_gqa, "ANSWER_KV_BYTES_GQA"),
+    ("02-gqa-kv-cache", gqa.check_answer_max_batch, "ANSWER_MAX_BATCH"),
+    ("03-causal-mask", causal.check_causal_mask, "causal_mask"),
+    ("03-causal-mask", causal.check_masked_softmax, "masked_softmax"),
+    ("03-causal-mask", causal.check_causal_attention, "causal_attention"),
+    ("03-causal-mask", causal.check_cached_causal_attention, "cached_causal_attention"),
+    ("03-causal-mask", causal.check_answer_allowed_entries, "ANSWER_ALLOWED_ENTRIES"),
+    ("03-causal-mask", causal.check_answer_decode_allowed, "ANSWER_DECODE_ALLOWED"),
+    ("04-transformer-block", block.check_layer_norm, "layer_norm"),
+    ("04-transformer-block", block.check_feed_forward, "feed_forward"),
+    ("04-transformer-block", block.check_multi_head_attention, "multi_head_attention"),
+    ("04-transformer-block", block.check_pre_norm_block, "transformer_block"),
+    ("04-transformer-block", block.check_post_norm_block, "transformer_block"),
+    ("04-transformer-block", block.check_block_param_count, "block_param_count"),
+    ("04-transformer-block", block.check_answer_gpt2_block_params, "ANSWER_GPT2_BLOCK_PARAMS"),
+    ("04-transformer-block", block.check_answer_ffn_share, "ANSWER_FFN_SHARE"),
+    ("05-families", families.check_encoder_mask, "encoder_mask"),
+    ("05-families", families.check_decoder_mask, "decoder_mask"),
+    ("05-families", families.check_prefix_lm_mask, "prefix_lm_mask"),
+    ("05-families", families.check_cross_attention, "cross_attention"),
+    ("05-families", families.check_answer_sentiment, "ANSWER_SENTIMENT"),
+    ("05-families", families.check_answer_code_completion, "ANSWER_CODE_COMPLETION"),
+    ("05-families", families.check_answer_speech_to_text, "ANSWER_SPEECH_TO_TEXT"),
+    ("06-flash-attention", flash.check_online_softmax, "online_softmax"),
+    ("06-flash-attention", flash.check_flash_attention, "flash_attention"),
+    ("06-flash-attention", flash.check_flash_memory, "flash_attention"),
+    ("06-flash-attention", flash.check_sliding_window_attention, "sliding_window_attention"),
+    ("06-flash-attention", flash.check_sliding_window_memory, "sliding_window_attention"),
+    ("06-flash-attention", flash.check_answer_score_bytes, "ANSWER_SCORE_BYTES"),
+    ("06-flash-attention", flash.check_answer_window_entries, "ANSWER_WINDOW_ENTRIES"),
+]
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    return {aid: solved_namespace(aid) for aid in ASSIGNMENTS}
+
+
+@pytest.mark.parametrize("aid, check, name", PASSING, ids=[p[1].__name__ for p in PASSING])
+def test_check_passes_the_solution(solutions, aid, check, name, capfd):
+    check(solutions[aid][name])
+    assert capfd.readouterr().err == "", "a passing check must print nothing on stderr"
+
+
+# (assignment, check, function, [(old, new) edits of the solution code], words the message must contain)
+MUTANTS = [
+    ("rope-pair-layout", "01-rope", rope.check_apply_rope, "apply_rope",
+     [("a, b = x[..., 0::2], x[..., 1::2]", "a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]")],
+     "pair layout"),
+    ("rope-wrong-sign", "01-rope", rope.check_apply_rope, "apply_rope",
+     [("out[..., 0::2] = a * cos - b * sin", "out[..., 0::2] = a * cos + b * sin")], "values are wrong"),
+    ("rope-freq-off-by-one", "01-rope", rope.check_rope_inv_freq, "rope_inv_freq",
+     [("i = np.arange(head_dim // 2)", "i = np.arange(1, head_dim // 2 + 1)")], "values are wrong"),
+    ("rope-no-value-error", "01-rope", rope.check_rope_inv_freq, "rope_inv_freq",
+     [("raise ValueError(f\"head_dim must be even for RoPE, got {head_dim}\")", "pass")], "ValueError"),
+    ("ntk-linear-scale", "01-rope", rope.check_ntk_inv_freq, "ntk_inv_freq",
+     [("base * scale ** (head_dim / (head_dim - 2))", "base * scale")], "values are wrong"),
+    ("repeat-tiled", "02-gqa-kv-cache", gqa.check_repeat_kv, "repeat_kv",
+     [("return np.repeat(x, n_rep, axis=-3)", "return np.concatenate([x] * n_rep, axis=-3)")], "interleave"),
+    ("gqa-no-scale", "02-gqa-kv-cache", gqa.check_grouped_query_attention, "grouped_query_attention",
+     [(" / np.sqrt(q.shape[-1])  # (..., H_q, T, S)", "")], "values are wrong"),
+    ("kv-bytes-no-two", "02-gqa-kv-cache", gqa.check_kv_cache_bytes, "kv_cache_bytes",
+     [("return 2 * n_layers", "return n_layers")], "not correct"),
+    ("torch-detached", "02-gqa-kv-cache", gqa.check_grouped_query_attention_torch, "grouped_query_attention_torch",
+     [("return torch.softmax(scores, dim=-1) @ v", "return (torch.softmax(scores, dim=-1) @ v).detach()")],
+     "differentiate"),
+    ("torch-sdpa", "02-gqa-kv-cache", gqa.check_grouped_query_attention_torch, "grouped_query_attention_torch",
+     [("return torch.softmax(scores, dim=-1) @ v",
+       "return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)")], "scores 0"),
+    ("decode-no-append", "02-gqa-kv-cache", gqa.check_decode_step, "decode_step",
+     [("return grouped_query_attention(q_new, k_cache, v_cache), k_cache, v_cache",
+       "return grouped_query_attention(q_new, k_cache, v_cache), k_new, v_new")], "caches must have shape"),
+    ("decode-prepend", "02-gqa-kv-cache", gqa.check_decode_step, "decode_step",
+     [("v_cache = np.concatenate([v_cache, v_new], axis=-2)", "v_cache = np.concatenate([v_new, v_cache], axis=-2)")],
+     "values are wrong"),
+    ("mask-top-left", "03-causal-mask", causal.check_causal_mask, "causal_mask",
+     [("return j <= i + (S - T)", "return j <= i")], "top-left"),
+    ("mask-off-by-one", "03-causal-mask", causal.check_causal_mask, "causal_mask",
+     [("return j <= i + (S - T)", "return j < i + (S - T)")], "entries are wrong"),
+    ("softmax-nan-rows", "03-causal-mask", causal.check_masked_softmax, "masked_softmax",
+     [("row_max = np.where(np.isfinite(row_max), row_max, 0.0)", ""),
+      ("return e / np.where(total > 0, total, 1.0)", "return e / total")], "NaN"),
+    ("softmax-unstable", "03-causal-mask", causal.check_masked_softmax, "masked_softmax",
+     [("np.exp(masked - row_max)", "np.exp(masked)")], "NaN"),
+    ("attention-no-scale", "03-causal-mask", causal.check_causal_attention, "causal_attention",
+     [("scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])", "scores = q @ np.swapaxes(k, -1, -2)")],
+     "values are wrong"),
+    ("cache-sees-everything", "03-causal-mask", causal.check_cached_causal_attention, "cached_causal_attention",
+     [("k[..., :end, :], v[..., :end, :]", "k, v")], "values are wrong"),
+    ("layernorm-unbiased", "04-transformer-block", block.check_layer_norm, "layer_norm",
+     [("var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)",
+       "var = x.var(axis=-1, ddof=1, keepdims=True)")], "values are wrong"),
+    ("ffn-relu", "04-transformer-block", block.check_feed_forward, "feed_forward",
+     [("return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))", "return np.maximum(x, 0.0)")], "values are wrong"),
+    ("mha-scale-by-C", "04-transformer-block", block.check_multi_head_attention, "multi_head_attention",
+     [("/ np.sqrt(head_dim)\n", "/ np.sqrt(C)\n")], "values are wrong"),
+    ("block-post-as-pre", "04-transformer-block", block.check_post_norm_block, "transformer_block",
+     [('if norm_position == "post":', 'if norm_position == "never":')], "ValueError"),
+    ("block-pre-missing-residual", "04-transformer-block", block.check_pre_norm_block, "transformer_block",
+     [("return x + ffn(ln(x, \"ln2\"))", "return ffn(ln(x, \"ln2\"))")], "values are wrong"),
+    ("params-no-norm-bias", "04-transformer-block", block.check_block_param_count, "block_param_count",
+     [("norms = 2 * (2 * d_model if bias else d_model)", "norms = 2 * d_model")], "not correct"),
+    ("decoder-mask-no-padding", "05-families", families.check_decoder_mask, "decoder_mask",
+     [("return encoder_mask(lengths, T) & causal", "return np.broadcast_to(causal, (len(lengths), T, T))")],
+     "entries are wrong"),
+    ("cross-causal", "05-families", families.check_cross_attention, "cross_attention",
+     [("if memory_mask is not None:", "if True:"),
+      ("scores = np.where(memory_mask, scores, -np.inf)",
+       "scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)")],
+     "values are wrong"),
+    ("online-nan-on-masked-chunk", "06-flash-attention", flash.check_online_softmax, "online_softmax",
+     [("safe = np.where(np.isfinite(m_new), m_new, 0.0)  # a row that is still all -inf", "safe = m_new")],
+     "NaN"),
+    ("online-no-rescale", "06-flash-attention", flash.check_online_softmax, "online_softmax",
+     [("l * np.exp(m - safe) + chunk_sum", "l + chunk_sum")], "values are wrong"),
+    ("flash-no-final-division", "06-flash-attention", flash.check_flash_attention, "flash_attention",
+     [("out[..., i0:i1, :] = acc / np.where(l > 0, l, 1.0)[..., None]", "out[..., i0:i1, :] = acc")],
+     "values are wrong"),
+    ("flash-top-left-tiles", "06-flash-attention", flash.check_flash_attention, "flash_attention",
+     [("<= np.arange(i0, i1)[:, None] + S - T", "<= np.arange(i0, i1)[:, None]"),
+      ("newest_key = i1 - 1 + S - T", "newest_key = i1 - 1")], "values are wrong"),
+    ("flash-drops-ragged-tile", "06-flash-attention", flash.check_flash_attention, "flash_attention",
+     [("for j0 in range(0, S, block_k):", "for j0 in range(0, S - block_k + 1, block_k):")],
+     "values are wrong"),
+    ("window-off-by-one", "06-flash-attention", flash.check_sliding_window_attention, "sliding_window_attention",
+     [("(offset > -window)", "(offset >= -window)")], "values are wrong"),
+]
+
+
+def _naive_flash(q, k, v, causal=False, block_q=64, block_k=64):
+    T, S = q.shape[-2], k.shape[-2]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        scores = np.where(np.arange(S)[None, :] <= np.arange(T)[:, None] + S - T, scores, -np.inf)
+    w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ v
+
+
+def _naive_window(q, k, v, window):
+    T = q.shape[-2]
+    offset = np.arange(T)[None, :] - np.arange(T)[:, None]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    scores = np.where((offset <= 0) & (offset > -window), scores, -np.inf)
+    w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("label, aid, check, name, edits, words", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_check_fails_a_typical_mistake(label, aid, check, name, edits, words):
+    wrong = solved_namespace(aid, edits)[name]
+    with pytest.raises(AssertionError, match=words):
+        check(wrong)
+
+
+@pytest.mark.parametrize("check, fn, words", [
+    (flash.check_flash_memory, _naive_flash, "never build a T x S"),
+    (flash.check_sliding_window_memory, _naive_window, "Only compute the scores of the window"),
+], ids=["flash-naive", "window-naive"])
+def test_memory_checks_catch_the_full_matrix(check, fn, words):
+    """The naive versions are correct, so the value checks pass, but their memory is T x S."""
+    with pytest.raises(AssertionError, match=words):
+        check(fn)
+
+
+def test_wrong_conceptual_answers_fail():
+    with pytest.raises(AssertionError, match="not correct"):
+        gqa.check_answer_kv_bytes_gqa(10737418240)  # the MHA number
+    with pytest.raises(AssertionError, match="must be one of"):
+        families.check_answer_sentiment("encoder")
+    with pytest.raises(AssertionError, match="not correct"):
+        families.check_answer_speech_to_text("B")
+    with pytest.raises(AssertionError, match="must be a number"):
+        rope.check_answer_slowest_wavelength("54410")
+
+
+def test_stub_fails_with_not_implemented():
+    def apply_rope(x, positions, inv_freq):
+        raise NotImplementedError()
+
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        rope.check_apply_rope(apply_rope)
+
+
+# --------------------------------------------------------------------------- anti-cheat
+
+CHEATS = {
+    "import inside": """
+        def causal_mask(T, S=None):
+            from transformer_ref import numpy as ref
+            return ref.causal_mask(T, S)
+    """,
+    "module alias": """
+        import transformer_ref.numpy as helpers
+        def causal_mask(T, S=None):
+            return helpers.causal_mask(T, S)
+    """,
+    "function alias via a helper": """
+        from transformer_ref.numpy import causal_mask as _mask
+        def _inner(T, S):
+            return _mask(T, S)
+        def causal_mask(T, S=None):
+            return _inner(T, S)
+    """,
+    "dynamic import": """
+        import importlib
+        def causal_mask(T, S=None):
+            module = importlib.import_module("transformer" + "_ref.numpy")
+            return getattr(module, "causal" + "_mask")(T, S)
+    """,
+    "closure": """
+        def make():
+            import transformer_ref.numpy.masks as m
+            def causal_mask(T, S=None):
+                return m.causal_mask(T, S)
+            return causal_mask
+        causal_mask = make()
+    """,
+}
+
+
+@pytest.mark.parametrize("how", list(CHEATS))
+def test_anticheat_catches_transformer_ref(how):
+    namespace = {"__name__": "__main__"}
+    exec(textwrap.dedent(CHEATS[how]), namespace)
+    with pytest.raises(AssertionError, match="scores 0: solutions must not use transformer_ref"):
+        causal.check_causal_mask(namespace["causal_mask"])
+
+
+def test_anticheat_restores_the_reference():
+    from transformer_ref import numpy as ref
+
+    original = ref.causal_mask
+    namespace = {"__name__": "__main__"}
+    exec(textwrap.dedent(CHEATS["dynamic import"]), namespace)
+    with pytest.raises(AssertionError):
+        causal.check_causal_mask(namespace["causal_mask"])
+    assert ref.causal_mask is original
+    causal.check_causal_mask(solved_namespace("03-causal-mask")["causal_mask"])
+
+
+# --------------------------------------------------------------------------- tamper guard
+
+def test_guard_catches_a_patched_numpy(solutions):
+    original = np.allclose
+    np.allclose = lambda *args, **kwargs: True
+    try:
+        with pytest.raises(AssertionError, match=r"replaced objects .*numpy\.allclose"):
+            causal.check_causal_mask(solutions["03-causal-mask"]["causal_mask"])
+    finally:
+        np.allclose = original
+
+
+def test_guard_catches_a_patched_check_helper(solutions):
+    from autograder.checks import _common
+
+    original = _common.assert_close
+    _common.assert_close = lambda *args, **kwargs: None
+    try:
+        with pytest.raises(AssertionError, match="assert_close"):
+            rope.check_apply_rope(lambda x, positions, inv_freq: x)
+    finally:
+        _common.assert_close = original
+
+
+def test_guard_catches_a_rewritten_reference(solutions):
+    from transformer_ref import numpy as ref
+
+    fn = ref.softmax
+    code = fn.__code__
+    fn.__code__ = (lambda x, axis=-1: x).__code__
+    try:
+        with pytest.raises(AssertionError, match="the code of transformer_ref"):
+            causal.check_masked_softmax(solutions["03-causal-mask"]["masked_softmax"])
+    finally:
+        fn.__code__ = code
+
+
+def test_student_code_that_patches_numpy_while_running_fails(solutions):
+    good = solutions["03-causal-mask"]["causal_mask"]
+
+    def causal_mask(T, S=None):
+        np.array_equal = lambda *args, **kwargs: True
+        return good(T, S)
+
+    original = np.array_equal
+    try:
+        with pytest.raises(AssertionError, match="replaced objects"):
+            causal.check_causal_mask(causal_mask)
+    finally:
+        np.array_equal = original
+
+
+def test_checks_work_without_preimported_guard():
+    """A fresh interpreter that imports one check module directly (plain nbgrader autograde)."""
+    code = ("import autograder.checks.causal as c\n"
+            "def causal_mask(T, S=None):\n"
+            "    import numpy as np\n"
+            "    S = T if S is None else S\n"
+            "    return np.arange(S)[None, :] <= np.arange(T)[:, None] + S - T\n"
+            "c.check_causal_mask(causal_mask)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+class _Liar(np.ndarray):
+    """An array whose comparisons and arithmetic always claim success."""
+
+    def __eq__(self, other):
+        return np.ones(np.broadcast_shapes(self.shape, np.shape(other)), dtype=bool)
+
+    def __ne__(self, other):
+        return np.zeros(np.broadcast_shapes(self.shape, np.shape(other)), dtype=bool)
+
+    def __sub__(self, other):
+        return np.zeros(np.broadcast_shapes(self.shape, np.shape(other)))
+
+    __rsub__ = __sub__
+
+
+def test_an_array_subclass_cannot_fake_a_pass():
+    def causal_mask(T, S=None):
+        return np.zeros((T, T if S is None else S), dtype=bool).view(_Liar)
+
+    def apply_rope(x, positions, inv_freq):
+        return np.zeros(x.shape).view(_Liar)
+
+    with pytest.raises(AssertionError, match="entries are wrong"):
+        causal.check_causal_mask(causal_mask)
+    with pytest.raises(AssertionError, match="values are wrong"):
+        rope.check_apply_rope(apply_rope)
