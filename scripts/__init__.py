@@ -1,0 +1,1 @@
+"""Build helpers of the course site (`python -m scripts.build_book`) and its small Sphinx extension."""
