@@ -126,7 +126,7 @@ def test_numpy_and_torch_padding_and_additive_agree(device):
 def test_bad_mask_arguments_name_the_argument(backend):
     cases = [
         (lambda: backend.causal_mask(-1), "T"),
-        (lambda: backend.causal_mask(5, 3), "S"),
+        (lambda: backend.causal_mask(5, -3), "S"),
         (lambda: backend.causal_mask(2.5), "T"),
         (lambda: backend.sliding_window_mask(4, 0), "window"),
         (lambda: backend.sliding_window_mask(4, -2, 6), "window"),

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .._checks import check_divisible, check_int, check_mask_shape, check_ndim, check_same_dim
+from .._checks import check_divisible, check_int, check_mask_shape, check_ndim, check_positive_float, check_same_dim
 
 __all__ = ["softmax", "scaled_dot_product_attention", "repeat_kv", "grouped_query_attention"]
 
@@ -23,6 +23,8 @@ def softmax(x, axis=-1):
     nothing) returns zeros instead of ``0/0 = NaN``. Same shape as ``x``.
     """
     x = np.asarray(x)
+    if x.size == 0:  # e.g. no keys at all: nothing to normalise (np.max would raise)
+        return np.exp(x)
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isneginf(m), 0.0, m)  # an all -inf slice: exp(-inf - 0) = 0
     e = np.exp(x - m)
@@ -44,28 +46,45 @@ def _check_qkv(q, k, v):
         raise ValueError(f"q and k leading (batch, head) dimensions do not broadcast: {q.shape} vs {k.shape}") from None
 
 
+def _check_scale(scale, head_dim):
+    """``1 / sqrt(head_dim)`` if ``scale`` is None, else ``scale`` as a finite float."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    return check_positive_float("scale", scale, minimum=-math.inf)
+
+
+def _check_mask(mask, score_shape):
+    """Require a boolean or floating ``mask`` that broadcasts to ``score_shape``.
+
+    An integer 0/1 mask is rejected: adding it to the scores would silently mean
+    "additive", not "keep where 1"."""
+    check_mask_shape("mask", mask.shape, score_shape)
+    if mask.dtype.kind not in "bf":
+        raise ValueError(f"mask must be boolean (True = may attend) or floating (additive), got dtype {mask.dtype}")
+
+
 def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weights=False):
     """``softmax(q k^T * scale + mask) v`` with boolean or additive masks.
 
     q: ``(..., H, T, D)``, k: ``(..., H, S, D)``, v: ``(..., H, S, Dv)``.
-    mask: ``None``, boolean (True = may attend) or float (added to the scores),
-    broadcastable to ``(..., H, T, S)``.
-    scale: defaults to ``1 / sqrt(D)``.
+    mask: ``None``, boolean (True = may attend) or float (added to the scores,
+    in the scores' dtype), broadcastable to ``(..., H, T, S)``; integer masks are
+    rejected. scale: a finite real number, defaults to ``1 / sqrt(D)``.
     Returns ``out (..., H, T, Dv)``, or ``(out, weights)`` with weights
     ``(..., H, T, S)`` if ``return_weights``. A query row with every key masked
     gets zero weights and a zero output.
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     _check_qkv(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = _check_scale(scale, q.shape[-1])
     scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., H, T, S)
     if mask is not None:
         mask = np.asarray(mask)
-        check_mask_shape("mask", mask.shape, scores.shape)
+        _check_mask(mask, scores.shape)
         if mask.dtype == np.bool_:
             scores = np.where(mask, scores, -np.inf)
         else:
-            scores = scores + mask
+            scores = scores + mask.astype(scores.dtype, copy=False)
     weights = softmax(scores, axis=-1)  # (..., H, T, S)
     out = weights @ v  # (..., H, T, Dv)
     return (out, weights) if return_weights else out

@@ -42,9 +42,10 @@ DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
 _erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is correctly rounded-ish (< 1 ulp)
 
 
-def _check_last_dim(name, array, size):
-    if array.shape[-1] != size:
-        raise ValueError(f"{name} must have last dimension {size}, got shape {tuple(array.shape)}")
+def _check_vector(name, array, size):
+    """Require a norm gain/bias of shape ``(size,)`` (a bigger array would silently broadcast)."""
+    if tuple(array.shape) != (size,):
+        raise ValueError(f"{name} must have shape ({size},), the last dimension of x, got {tuple(array.shape)}")
 
 
 def _param(params, key, shape=None):
@@ -79,13 +80,13 @@ def layer_norm(x, weight, bias, eps=1e-5):
     check_ndim("x", x, 1)
     eps = check_positive_float("eps", eps)
     weight = np.asarray(weight)
-    _check_last_dim("weight", weight, x.shape[-1])
+    _check_vector("weight", weight, x.shape[-1])
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     y = (x - mean) / np.sqrt(var + eps) * weight
     if bias is not None:
         bias = np.asarray(bias)
-        _check_last_dim("bias", bias, x.shape[-1])
+        _check_vector("bias", bias, x.shape[-1])
         y = y + bias
     return y
 
@@ -101,7 +102,7 @@ def rms_norm(x, weight, eps=1e-6):
     check_ndim("x", x, 1)
     eps = check_positive_float("eps", eps)
     weight = np.asarray(weight)
-    _check_last_dim("weight", weight, x.shape[-1])
+    _check_vector("weight", weight, x.shape[-1])
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * weight
 
 
@@ -193,6 +194,9 @@ def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=N
     v = _split_heads(_linear(source, params, "wv", "bv"), n_kv_heads)  # (..., H_kv, S, D)
     if rope is not None and rope is not False:
         inv_freq = None if rope is True else rope  # None: rope_inv_freq(D), base 10000
+        positions = np.asarray(positions)
+        if positions.ndim > 1:  # (..., T) in x's layout: add the head axis of q and k
+            positions = positions[..., None, :]
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
     out = grouped_query_attention(q, k, v, mask)  # (..., H, T, D)
@@ -207,8 +211,9 @@ def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=No
     ``H_kv`` off ``wk``.  ``mask`` is boolean (True = may attend), broadcastable to the
     scores ``(..., H, T, T)`` (e.g. ``causal_mask(T)`` or ``padding_mask(lengths, T)``).
     ``rope``: ``None`` (no rotation), ``True`` (``rope_inv_freq(D)``, base 10000) or an
-    ``inv_freq`` array ``(D/2,)``; queries and keys are rotated at ``positions``
-    (default ``arange(T)``)::
+    ``inv_freq`` array ``(D/2,)``; queries and keys are rotated at ``positions``:
+    ``(T,)`` (default ``arange(T)``) or ``(..., T)`` in ``x``'s layout, e.g. ``(B, T)``
+    for per-sequence offsets::
 
         Q = x wq + bq,  K = x wk + bk,  V = x wv + bv          split into heads
         out = concat_h softmax(Q_h K_{g(h)}^T / sqrt(D)) V_{g(h)} @ wo + bo,  g(h) = h // (H / H_kv)

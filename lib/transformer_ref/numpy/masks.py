@@ -5,7 +5,9 @@ broadcastable to the score shape ``(..., T, S)`` (``T`` queries, ``S`` keys).
 Causal masks are aligned **bottom-right**: when the ``T`` queries are the last
 ``T`` of ``S`` positions (a KV cache holding ``S - T`` earlier tokens), query
 ``i`` sits at absolute position ``i + S - T`` and may see key ``j`` iff
-``j <= i + S - T``. With ``T == S`` this is the usual lower triangle.
+``j <= i + S - T``. With ``T == S`` this is the usual lower triangle; with
+``S < T`` the first ``T - S`` queries see no key at all (all-False rows, which
+attention turns into zero outputs), as in ``torch.nn.attention.bias.causal_lower_right``.
 """
 
 import numpy as np
@@ -19,15 +21,14 @@ def _query_key_offsets(T, S):
     """``(T, S)`` int array of ``j - (i + S - T)``: key index minus the query's absolute position."""
     T = check_int("T", T, minimum=0)
     S = T if S is None else check_int("S", S, minimum=0)
-    if S < T:
-        raise ValueError(f"S must be >= T (the queries are the last T of S positions), got T={T}, S={S}")
     return np.arange(S)[None, :] - (np.arange(T)[:, None] + S - T)
 
 
 def causal_mask(T, S=None):
     """Bottom-right causal mask, bool ``(T, S)``: ``mask[i, j] = j <= i + S - T``.
 
-    ``S`` defaults to ``T`` (the lower triangle incl. the diagonal). ``S >= T``.
+    ``S`` defaults to ``T`` (the lower triangle incl. the diagonal). If ``S < T``
+    the first ``T - S`` rows are all False.
     """
     return _query_key_offsets(T, S) <= 0
 

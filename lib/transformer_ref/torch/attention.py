@@ -6,19 +6,34 @@ the softmax statistics (max and sum) and the weighted sum are computed in
 float32 and the result is cast back to the input dtype.
 """
 
-import math
+import numbers
 
 import torch
 
 from .._checks import check_divisible, check_int, check_mask_shape, check_ndim, check_same_dim
-from ..numpy.attention import _check_qkv
+from ..numpy.attention import _check_qkv, _check_scale
 
 __all__ = ["softmax", "scaled_dot_product_attention", "repeat_kv", "grouped_query_attention"]
 
 
+def _check_tensor(name, x, minimum=0):
+    """Require a ``torch.Tensor`` with at least ``minimum`` dimensions; return its shape.
+
+    (A NumPy array would otherwise fail deep inside with an AttributeError.)"""
+    if not torch.is_tensor(x):
+        raise ValueError(f"{name} must be a torch.Tensor (use transformer_ref.numpy for arrays), "
+                         f"got {type(x).__name__}")
+    return check_ndim(name, x, minimum)
+
+
 def _compute_dtype(dtype):
-    """Half precisions compute in float32; float32/float64 stay as they are."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    """Half precisions (and integers) compute in float32; float32/float64 stay as they are."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _result_dtype(x):
+    """``x.dtype`` for floating ``x``; integer input gives float32 (NumPy's backend gives float64)."""
+    return x.dtype if x.is_floating_point() else torch.float32
 
 
 def softmax(x, axis=-1):
@@ -27,41 +42,51 @@ def softmax(x, axis=-1):
     ``softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m)``, ``m = max_k x_k``.
     fp16/bf16 inputs are reduced in float32; the result has ``x``'s dtype.
     """
+    _check_tensor("x", x)
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis must be an integer in [-{x.ndim}, {x.ndim}) for x of shape {tuple(x.shape)}, got {axis!r}")
+    if x.shape[axis] == 0:  # nothing to normalise over (no keys)
+        return x.clone()
     xc = x.to(_compute_dtype(x.dtype))
     m = xc.amax(dim=axis, keepdim=True).detach()  # the max cancels out, no gradient needed
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)  # all -inf slice: exp(-inf - 0) = 0
     e = torch.exp(xc - m)
     total = e.sum(dim=axis, keepdim=True)
-    return (e / torch.where(total == 0, torch.ones_like(total), total)).to(x.dtype)
+    return (e / torch.where(total == 0, torch.ones_like(total), total)).to(_result_dtype(x))
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weights=False):
     """``softmax(q k^T * scale + mask) v`` with boolean (True = attend) or additive masks.
 
-    q: ``(..., H, T, D)``, k: ``(..., H, S, D)``, v: ``(..., H, S, Dv)``; mask
-    broadcastable to ``(..., H, T, S)``; scale defaults to ``1 / sqrt(D)``.
+    q: ``(..., H, T, D)``, k: ``(..., H, S, D)``, v: ``(..., H, S, Dv)``; mask boolean
+    or floating (integer masks are rejected), broadcastable to ``(..., H, T, S)``;
+    scale a finite real number, default ``1 / sqrt(D)``.
     Returns ``out (..., H, T, Dv)`` (``q``'s dtype), or ``(out, weights)`` with
     weights ``(..., H, T, S)`` if ``return_weights``. Fully masked rows give zeros.
     """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t)
     _check_qkv(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = _check_scale(scale, q.shape[-1])
     dtype = _compute_dtype(q.dtype)
     scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale  # (..., H, T, S)
     if mask is not None:
         mask = torch.as_tensor(mask, device=scores.device)
+        if mask.dtype != torch.bool and not mask.is_floating_point():
+            raise ValueError(f"mask must be boolean (True = may attend) or floating (additive), got dtype {mask.dtype}")
         check_mask_shape("mask", mask.shape, scores.shape)
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
             scores = scores + mask.to(dtype)
     weights = softmax(scores, axis=-1)  # (..., H, T, S), float32 or float64
-    out = (weights @ v.to(dtype)).to(q.dtype)  # (..., H, T, Dv)
-    return (out, weights.to(q.dtype)) if return_weights else out
+    out = (weights @ v.to(dtype)).to(_result_dtype(q))  # (..., H, T, Dv)
+    return (out, weights.to(_result_dtype(q))) if return_weights else out
 
 
 def repeat_kv(x, n_rep):
     """``(..., H_kv, S, D) -> (..., H_kv * n_rep, S, D)``, repeat-interleave (head ``h`` reads ``h // n_rep``)."""
-    check_ndim("x", x, 3)
+    _check_tensor("x", x, 3)
     n_rep = check_int("n_rep", n_rep, minimum=1)
     return x if n_rep == 1 else torch.repeat_interleave(x, n_rep, dim=-3)
 
@@ -74,9 +99,9 @@ def grouped_query_attention(q, k, v, mask=None, *, scale=None):
     Returns ``(..., H_q, T, Dv)``; mask and scale as in
     :func:`scaled_dot_product_attention`.
     """
-    check_ndim("q", q, 3)
-    check_ndim("k", k, 3)
-    check_ndim("v", v, 3)
+    _check_tensor("q", q, 3)
+    _check_tensor("k", k, 3)
+    _check_tensor("v", v, 3)
     check_same_dim("k", k.shape[-3], "v", v.shape[-3], "number of KV heads")
     n_rep = check_divisible("n_heads of q", q.shape[-3], "n_kv_heads of k", k.shape[-3])
     return scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, scale=scale)

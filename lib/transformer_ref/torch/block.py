@@ -1,6 +1,7 @@
 """The transformer block in PyTorch: same functions and semantics as :mod:`transformer_ref.numpy.block`.
 
-Everything runs on the input's device, keeps the input's dtype and is differentiable.
+Everything runs on the input's device, keeps the input's dtype and is differentiable
+(for float16/bfloat16 inputs the norms, like the softmax, compute their statistics in float32).
 ``params`` may hold tensors or NumPy arrays (e.g. straight from
 :func:`transformer_ref.numpy.init_block_params`); each parameter is moved to ``x``'s
 device and dtype when used.  :class:`TransformerBlock` wraps the same functional
@@ -16,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_choice, check_divisible, check_int, check_ndim, check_positive_float
+from .._checks import check_choice, check_divisible, check_int, check_positive_float
 from ..counts import NORM_TYPES
 from ..numpy import block as _np_block
-from .attention import grouped_query_attention
+from .attention import _check_tensor, _compute_dtype, _result_dtype, grouped_query_attention
 from .rope import apply_rope
 
 __all__ = [
@@ -40,9 +41,6 @@ def _tensor(value, like):
     return torch.as_tensor(value).to(device=like.device, dtype=like.dtype)
 
 
-def _check_last_dim(name, value, size):
-    if value.shape[-1] != size:
-        raise ValueError(f"{name} must have last dimension {size}, got shape {tuple(value.shape)}")
 
 
 def _param(params, key, like, shape=None):
@@ -71,33 +69,36 @@ def layer_norm(x, weight, bias, eps=1e-5):
 
     ``y = (x - mean) / sqrt(mean((x - mean)^2) + eps) * weight + bias`` (``bias`` may be None).
     """
-    check_ndim("x", x, 1)
+    _check_tensor("x", x, 1)
     eps = check_positive_float("eps", eps)
-    weight = _tensor(weight, x)
-    _check_last_dim("weight", weight, x.shape[-1])
-    mean = x.mean(dim=-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-    y = (x - mean) / torch.sqrt(var + eps) * weight
+    xc = x.to(_compute_dtype(x.dtype))  # fp16/bf16: statistics in float32 ((x - mean)^2 overflows fp16)
+    weight = _tensor(weight, xc)
+    _np_block._check_vector("weight", weight, x.shape[-1])
+    mean = xc.mean(dim=-1, keepdim=True)
+    var = ((xc - mean) ** 2).mean(dim=-1, keepdim=True)
+    y = (xc - mean) / torch.sqrt(var + eps) * weight
     if bias is not None:
-        bias = _tensor(bias, x)
-        _check_last_dim("bias", bias, x.shape[-1])
+        bias = _tensor(bias, xc)
+        _np_block._check_vector("bias", bias, x.shape[-1])
         y = y + bias
-    return y
+    return y.to(_result_dtype(x))
 
 
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm over the last axis: ``y = x / sqrt(mean(x^2) + eps) * weight``; ``x (..., C)``, ``weight (C,)``."""
-    check_ndim("x", x, 1)
+    _check_tensor("x", x, 1)
     eps = check_positive_float("eps", eps)
-    weight = _tensor(weight, x)
-    _check_last_dim("weight", weight, x.shape[-1])
-    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
+    xc = x.to(_compute_dtype(x.dtype))  # fp16/bf16: mean(x^2) in float32 (x^2 overflows fp16 beyond 256)
+    weight = _tensor(weight, xc)
+    _np_block._check_vector("weight", weight, x.shape[-1])
+    return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight).to(_result_dtype(x))
 
 
 def gelu(x, approximate="none"):
     """GELU, elementwise: ``x/2 (1 + erf(x/sqrt 2))`` (``"none"``) or the ``"tanh"`` approximation
     ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
     check_choice("approximate", approximate, ("none", "tanh"))
+    _check_tensor("x", x)
     if approximate == "tanh":
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
@@ -115,13 +116,13 @@ def feed_forward(x, params, activation="gelu"):
 
     ``activation``: ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"relu"``; biases optional.
     """
-    check_ndim("x", x, 1)
+    _check_tensor("x", x, 1)
     return _linear(_activation(_linear(x, params, "w1", "b1"), activation), params, "w2", "b2")
 
 
 def swiglu_feed_forward(x, params):
     """SwiGLU FFN ``(silu(x @ w1) * (x @ w3)) @ w2`` (gate ``w1``, up ``w3``, down ``w2``; biases optional)."""
-    check_ndim("x", x, 1)
+    _check_tensor("x", x, 1)
     gate = F.silu(_linear(x, params, "w1", "b1"))
     return _linear(gate * _linear(x, params, "w3", "b3"), params, "w2", "b2")
 
@@ -162,6 +163,9 @@ def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=N
     v = _split_heads(_linear(source, params, "wv", "bv"), n_kv_heads)  # (..., H_kv, S, D)
     if rope is not None and rope is not False:
         inv_freq = None if rope is True else rope  # None: base 10000, computed in float64
+        positions = torch.as_tensor(positions, device=x.device)
+        if positions.ndim > 1:  # (..., T) in x's layout: add the head axis of q and k
+            positions = positions.unsqueeze(-2)
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
     if cache is not None:
@@ -182,13 +186,13 @@ def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=No
 
     ``x (..., T, C)`` -> ``(..., T, C)``.  ``n_kv_heads=None`` reads ``H_kv`` off ``wk``;
     ``mask`` boolean, broadcastable to ``(..., H, T, S)``; ``rope``: None, True (base 10000)
-    or ``inv_freq (D/2,)``; ``positions`` default ``arange(T)`` (offset by the number of
-    positions the cache holds for ``layer_idx``).  Torch extras: with ``cache`` (a :class:`KVCache`, ``x`` of shape
+    or ``inv_freq (D/2,)``; ``positions`` ``(T,)`` or ``(..., T)`` in ``x``'s layout, default
+    ``arange(T)`` (offset by the number of positions the cache holds for ``layer_idx``).  Torch extras: with ``cache`` (a :class:`KVCache`, ``x`` of shape
     ``(B, T, C)``) the rotated keys and values are appended to layer ``layer_idx`` and the
     queries attend to all ``S = cache.seq_len`` cached positions; pass the bottom-right
     ``causal_mask(T, S)`` for a multi-token step.
     """
-    check_ndim("x", x, 2)
+    _check_tensor("x", x, 2)
     if positions is None:
         positions = _default_positions(x, cache, layer_idx)
     return _attend(x, x, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
@@ -203,7 +207,7 @@ def _norm(x, params, name, norm, eps):
 def _cross_attention(x, memory, params, n_heads, memory_mask=None):
     """Queries from ``x (..., T, C)``, keys and values from ``memory (..., S, C)``
     (the body of :func:`transformer_ref.torch.cross_attention`, used by the block)."""
-    check_ndim("memory", memory, 2)
+    _check_tensor("memory", memory, 2)
     if memory.shape[-1] != x.shape[-1]:
         raise ValueError(f"memory must have the model width {x.shape[-1]} as last dimension, "
                          f"got shape {tuple(memory.shape)}")
@@ -225,7 +229,7 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
     :func:`multi_head_attention`) and ``dropout``, the probability of zeroing each
     sublayer output before it is added to the residual stream (0 = off).
     """
-    check_ndim("x", x, 2)
+    _check_tensor("x", x, 2)
     check_choice("norm_position", norm_position, ("pre", "post"))
     check_choice("norm", norm, NORM_TYPES)
     eps = _np_block.DEFAULT_EPS[norm] if eps is None else eps

@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_int
+from .._checks import check_divisible, check_int
 from ..numpy import block as _np_block
 from ..numpy.rope import rope_inv_freq
+from .attention import _check_tensor
 from .block import TransformerBlock, _cross_attention, layer_norm, rms_norm
 from .kv_cache import KVCache
 from .masks import causal_mask, padding_mask
@@ -42,8 +43,7 @@ def cross_attention(x, memory, params, n_heads, memory_mask=None):
 
     Returns ``(..., T, C)`` in ``x``'s dtype, on ``x``'s device, differentiable.
     """
-    if x.ndim < 2:
-        raise ValueError(f"x must have at least 2 dimensions (..., T, C), got shape {tuple(x.shape)}")
+    _check_tensor("x", x, 2)
     return _cross_attention(x, memory, params, n_heads, memory_mask)
 
 
@@ -63,13 +63,17 @@ class _Norm(nn.Module):
         return layer_norm(x, self.weight, self.bias, self.eps)
 
 
-def _check_tokens(name, tokens, max_len, offset=0):
-    """Require int ``tokens (B, T)`` with ``offset + T <= max_len``; return ``(B, T)``."""
-    if not torch.is_tensor(tokens) or tokens.ndim != 2 or tokens.is_floating_point():
+def _check_tokens(name, tokens, stack, offset=0):
+    """Require int ``tokens (B, T)`` with ids in ``[0, V)`` and ``offset + T <= max_len``; return ``(B, T)``."""
+    if not torch.is_tensor(tokens) or tokens.ndim != 2 or tokens.is_floating_point() or tokens.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor (B, T), got {getattr(tokens, 'shape', tokens)!r}")
     B, T = tokens.shape
-    if offset + T > max_len:
-        raise ValueError(f"{name}: {offset + T} positions exceed max_len={max_len}")
+    if offset + T > stack.max_len:
+        raise ValueError(f"{name}: {offset + T} positions exceed max_len={stack.max_len}")
+    vocab_size = stack.tok_emb.num_embeddings
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values in "
+                         f"[{int(tokens.min())}, {int(tokens.max())}]")
     return B, T
 
 
@@ -132,7 +136,7 @@ class EncoderOnlyModel(nn.Module):
             self.classifier = nn.Linear(d_model, check_int("n_classes", n_classes, minimum=1))
 
     def forward(self, tokens, lengths=None):
-        B, T = _check_tokens("tokens", tokens, self.encoder.max_len)
+        B, T = _check_tokens("tokens", tokens, self.encoder)
         mask = None if lengths is None else padding_mask(lengths, T, device=tokens.device)
         positions = torch.arange(T, device=tokens.device)
         h = self.encoder(tokens, mask, positions)  # (B, T, C)
@@ -162,7 +166,7 @@ class DecoderOnlyModel(nn.Module):
         super().__init__()
         self.n_layers, self.causal = n_layers, causal
         self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = check_divisible("d_model", d_model, "n_heads", check_int("n_heads", n_heads, minimum=1))
         # float64 NumPy frequencies: apply_rope casts them to the activations' dtype and device
         self.inv_freq = rope_inv_freq(self.head_dim, rope_base) if rope else None
         self.decoder = _Stack(vocab_size, d_model, n_layers, n_heads, max_len, learned_positions=not rope,
@@ -170,7 +174,7 @@ class DecoderOnlyModel(nn.Module):
 
     def forward(self, tokens, cache=None):
         offset = 0 if cache is None else cache.seq_len
-        B, T = _check_tokens("tokens", tokens, self.decoder.max_len, offset)
+        B, T = _check_tokens("tokens", tokens, self.decoder, offset)
         positions = torch.arange(offset, offset + T, device=tokens.device)
         mask = causal_mask(T, offset + T, device=tokens.device) if self.causal else None
         h = self.decoder(tokens, mask, positions, rope=self.inv_freq, cache=cache)
@@ -192,7 +196,7 @@ class DecoderOnlyModel(nn.Module):
         For a causal model the result equals re-running the full forward at every step.
         """
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
-        B, T0 = _check_tokens("prompt", prompt, self.decoder.max_len - max_new_tokens)
+        B, T0 = _check_tokens("prompt", prompt, self.decoder, max_new_tokens)
         if T0 == 0:
             raise ValueError("prompt must hold at least one token")
         if not greedy and not temperature > 0:
@@ -230,13 +234,13 @@ class EncoderDecoderModel(nn.Module):
                               cross_attention=True, **options)
 
     def encode(self, src, src_lengths=None):
-        B, S = _check_tokens("src", src, self.encoder.max_len)
+        B, S = _check_tokens("src", src, self.encoder)
         mask = None if src_lengths is None else padding_mask(src_lengths, S, device=src.device)
         return self.encoder(src, mask, torch.arange(S, device=src.device)), mask
 
     def decode(self, tgt_in, memory, memory_mask=None, cache=None):
         offset = 0 if cache is None else cache.seq_len
-        B, T = _check_tokens("tgt_in", tgt_in, self.decoder.max_len, offset)
+        B, T = _check_tokens("tgt_in", tgt_in, self.decoder, offset)
         positions = torch.arange(offset, offset + T, device=tgt_in.device)
         mask = causal_mask(T, offset + T, device=tgt_in.device)
         h = self.decoder(tgt_in, mask, positions, memory=memory, memory_mask=memory_mask, cache=cache)
@@ -255,6 +259,8 @@ class EncoderDecoderModel(nn.Module):
         """
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
         bos = check_int("bos", bos, minimum=0)
+        if bos >= self.decoder.tok_emb.num_embeddings:
+            raise ValueError(f"bos must be < tgt_vocab={self.decoder.tok_emb.num_embeddings}, got {bos}")
         if 1 + max_new_tokens > self.decoder.max_len:
             raise ValueError(f"max_new_tokens: {1 + max_new_tokens} positions exceed max_len={self.decoder.max_len}")
         memory, memory_mask = self.encode(src, src_lengths)

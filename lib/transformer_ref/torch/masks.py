@@ -16,15 +16,14 @@ def _query_key_offsets(T, S, device):
     """``(T, S)`` tensor of ``j - (i + S - T)``: key index minus the query's absolute position."""
     T = check_int("T", T, minimum=0)
     S = T if S is None else check_int("S", S, minimum=0)
-    if S < T:
-        raise ValueError(f"S must be >= T (the queries are the last T of S positions), got T={T}, S={S}")
     return torch.arange(S, device=device)[None, :] - (torch.arange(T, device=device)[:, None] + S - T)
 
 
 def causal_mask(T, S=None, *, device=None):
     """Bottom-right causal mask, bool ``(T, S)``: ``mask[i, j] = j <= i + S - T``; ``S`` defaults to ``T``.
 
-    Same as ``torch.nn.attention.bias.causal_lower_right(T, S)`` materialised.
+    Same as ``torch.nn.attention.bias.causal_lower_right(T, S)`` materialised (for
+    ``S < T`` the first ``T - S`` rows are all False).
     """
     return _query_key_offsets(T, S, device) <= 0
 
