@@ -11,8 +11,9 @@ least (float64 when ``x`` is float64) and returns ``x.dtype``.
 
 import torch
 
-from .._checks import check_even, check_ndim
+from .._checks import check_even
 from ..numpy import rope as _np_rope
+from .attention import _check_tensor
 
 __all__ = [
     "rope_inv_freq",
@@ -117,11 +118,11 @@ def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
     inv_freq: ``(D/2,)``; ``None`` means ``rope_inv_freq(D, base)``.
     interleaved: pairs ``(2i, 2i+1)`` if True, ``(i, i + D/2)`` if False; each
     pair ``(x1, x2)`` becomes ``(x1 cos a - x2 sin a, x1 sin a + x2 cos a)`` with
-    ``a = positions[t] * inv_freq[i]``. Returns ``x.dtype`` on ``x.device``.
+    ``a = positions[t] * inv_freq[i]``. Returns ``x.dtype`` (float32 for integer ``x``) on ``x.device``.
     For float64 ``x`` pass a float64 ``inv_freq`` (or ``None``), else the angles
     inherit float32 rounding (about ``position * 6e-8`` radians).
     """
-    shape = check_ndim("x", x, 2)
+    shape = _check_tensor("x", x, 2)
     D = check_even("x.shape[-1]", shape[-1], " for RoPE")
     dtype = _compute_dtype(x.dtype)
     if inv_freq is None:
@@ -140,4 +141,4 @@ def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
     else:
         x1, x2 = xc[..., : D // 2], xc[..., D // 2 :]
         out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return out.to(x.dtype)
+    return out.to(x.dtype) if x.is_floating_point() else out  # integer x: float32, like NumPy's float64
