@@ -6,14 +6,19 @@ self-contained HTML widget (slider and play buttons) that works in the static
 site without a kernel.
 """
 
+import sys
+
 import matplotlib
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:
+    # headless scripts and tests render off-screen; inside a Jupyter kernel keep the inline
+    # backend, or figures would neither display nor glue into the book (myst_nb)
+    matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import animation  # noqa: E402
 
-__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style", "animation_html"]
+__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style", "animation_html", "frames_html"]
 
 #: Okabe & Ito (2008), distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = [
@@ -67,3 +72,109 @@ def animation_html(fig, update, frames, *, interval=400, default_mode="once"):
     html = anim.to_jshtml(default_mode=default_mode)
     plt.close(fig)
     return html
+
+
+def frames_html(fig, update, frames, *, interval=400, default_mode="once", dpi=None):
+    """Like :func:`animation_html`, but draws each frame once (about half the time).
+
+    ``FuncAnimation.save`` draws every frame twice (once to advance, once to grab it);
+    here ``update(i)`` is called and the figure is rendered straight into matplotlib's
+    ``HTMLWriter``, which produces the same slider-and-buttons widget. ``dpi`` defaults
+    to the figure's own. Returns the HTML string; the figure is closed afterwards.
+    """
+    import tempfile
+    from pathlib import Path
+
+    if frames < 1:
+        raise ValueError(f"frames must be >= 1, got {frames}")
+    writer = animation.HTMLWriter(fps=1000 / interval, embed_frames=True, default_mode=default_mode)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        path = Path(tmpdir, "frames.html")
+        with writer.saving(fig, str(path), dpi=fig.dpi if dpi is None else dpi):
+            for i in range(frames):
+                update(i)
+                writer.grab_frame()
+        html = path.read_text()
+    plt.close(fig)
+    return html
+
+
+# --- helpers for chapters 4-6 (transformer block, families, FlashAttention) -------------------
+
+def _box(ax, center, text, color, width, height):
+    """A rounded, labelled box centred at ``center`` (data coordinates)."""
+    from matplotlib.patches import FancyBboxPatch
+
+    x, y = center
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                boxstyle="round,pad=0.02,rounding_size=0.12",
+                                facecolor=color + "40", edgecolor=color, linewidth=1.6))
+    ax.text(x, y, text, ha="center", va="center", fontsize=9)
+
+
+def _path(ax, points, *, arrow=True):
+    """A polyline through ``points``; the last segment ends in an arrow head."""
+    xs, ys = zip(*points)
+    ax.plot(xs[:-1], ys[:-1], color="black", linewidth=1.2, solid_capstyle="butt")
+    ax.annotate("", xy=points[-1], xytext=points[-2],
+                arrowprops=dict(arrowstyle="-|>" if arrow else "-", color="black", linewidth=1.2,
+                                shrinkA=0, shrinkB=0))
+
+
+def _plus(ax, center, radius=0.2):
+    from matplotlib.patches import Circle
+
+    ax.add_patch(Circle(center, radius, facecolor="white", edgecolor="black", linewidth=1.2, zorder=3))
+    ax.text(*center, "+", ha="center", va="center", fontsize=12, zorder=4)
+
+
+def draw_block_diagram(ax, norm_position="pre", sublayers=None, *, norm_label="LayerNorm", title=None):
+    """Draw one transformer block as a data-flow diagram on ``ax`` (bottom to top).
+
+    The residual stream runs up the left; each sublayer branches off to the right and its
+    output is added back (the circled +). ``norm_position="pre"`` puts the norm on the
+    branch, before the sublayer (``x + F(N(x))``); ``"post"`` puts it on the stream, after
+    the addition (``N(x + F(x))``). ``sublayers`` is a list of ``(label, colour)``; the
+    default is self-attention then the feed-forward network.
+    """
+    if norm_position not in ("pre", "post"):
+        raise ValueError(f"norm_position must be 'pre' or 'post', got {norm_position!r}")
+    if sublayers is None:
+        sublayers = [("Multi-head\nself-attention", OKABE_ITO[0]), ("Feed-forward\nnetwork", OKABE_ITO[2])]
+    norm_color = OKABE_ITO[1]
+    step = 3.0
+    y = 0.0
+    ax.text(0, y - 0.35, "input  $x$  $(T \\times C)$", ha="center", va="top", fontsize=9)
+    for label, color in sublayers:
+        branch = y + 0.5
+        plus = y + 2.5
+        _path(ax, [(0, y), (0, plus - 0.2)])  # the residual stream
+        ax.plot([0, 2.0], [branch, branch], color="black", linewidth=1.2)
+        if norm_position == "pre":
+            _path(ax, [(2.0, branch), (2.0, branch + 0.3)])
+            _box(ax, (2.0, branch + 0.52), norm_label, norm_color, 1.7, 0.44)
+            _path(ax, [(2.0, branch + 0.74), (2.0, branch + 1.05)])
+            _box(ax, (2.0, branch + 1.4), label, color, 2.0, 0.7)
+            _path(ax, [(2.0, branch + 1.75), (2.0, plus), (0.2, plus)])
+        else:
+            _path(ax, [(2.0, branch), (2.0, branch + 0.65)])
+            _box(ax, (2.0, branch + 1.0), label, color, 2.0, 0.7)
+            _path(ax, [(2.0, branch + 1.35), (2.0, plus), (0.2, plus)])
+        _plus(ax, (0, plus))
+        y = plus + 0.2
+        if norm_position == "post":
+            _path(ax, [(0, y), (0, y + 0.25)])
+            _box(ax, (0, y + 0.47), norm_label, norm_color, 1.7, 0.44)
+            y += 0.69
+    _path(ax, [(0, y), (0, y + 0.5)])
+    ax.text(0, y + 0.6, "output  $(T \\times C)$", ha="center", va="bottom", fontsize=9)
+    ax.set_xlim(-1.3, 3.3)
+    ax.set_ylim(-1.0, y + 1.2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+__all__ += ["draw_block_diagram"]
