@@ -18,7 +18,7 @@ if "ipykernel" not in sys.modules:
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import animation  # noqa: E402
 
-__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style", "animation_html", "frames_html"]
+__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style", "frames_html"]
 
 #: Okabe & Ito (2008), distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = [
@@ -58,29 +58,14 @@ def use_book_style():
     )
 
 
-def animation_html(fig, update, frames, *, interval=400, default_mode="once"):
-    """Return self-contained HTML (a ``<div>`` with inline JavaScript) for a kernel-free lab.
-
-    ``update(i)`` redraws ``fig`` for frame ``i`` (``0 <= i < frames``). The frames are
-    rendered now, with whatever the chapter computed, and embedded as images; the
-    reader scrubs them with the slider and buttons matplotlib's ``to_jshtml`` provides.
-    Display the result with ``IPython.display.HTML``. The figure is closed afterwards.
-    """
-    if frames < 1:
-        raise ValueError(f"frames must be >= 1, got {frames}")
-    anim = animation.FuncAnimation(fig, update, frames=frames, interval=interval, blit=False)
-    html = anim.to_jshtml(default_mode=default_mode)
-    plt.close(fig)
-    return html
-
-
 def frames_html(fig, update, frames, *, interval=400, default_mode="once", dpi=None):
-    """Like :func:`animation_html`, but draws each frame once (about half the time).
+    """Return self-contained HTML (slider and play buttons, inline JavaScript) for a kernel-free lab.
 
-    ``FuncAnimation.save`` draws every frame twice (once to advance, once to grab it);
-    here ``update(i)`` is called and the figure is rendered straight into matplotlib's
-    ``HTMLWriter``, which produces the same slider-and-buttons widget. ``dpi`` defaults
-    to the figure's own. Returns the HTML string; the figure is closed afterwards.
+    ``update(i)`` redraws ``fig`` for frame ``i`` (``0 <= i < frames``); each frame is
+    rendered once, now, with whatever the chapter computed, straight into matplotlib's
+    ``HTMLWriter`` (the widget ``to_jshtml`` makes, without ``FuncAnimation`` drawing every
+    frame twice). Display it with ``IPython.display.HTML``. ``dpi`` defaults to the
+    figure's own; the figure is closed afterwards.
     """
     import tempfile
     from pathlib import Path
