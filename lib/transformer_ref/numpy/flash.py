@@ -2,8 +2,8 @@
 
 ``flash_attention`` computes exactly ``softmax(q k^T * scale) v`` (optionally
 causal) but walks the score matrix tile by tile with an *online softmax*
-(Milakov & Gimelshein 2018; Dao et al. 2022, FlashAttention; Dao 2023,
-FlashAttention-2). For every query row it keeps three running quantities while
+(Milakov & Gimelshein 2018, arXiv:1805.02867; Dao et al. 2022,
+FlashAttention, arXiv:2205.14135; Dao 2023, FlashAttention-2, arXiv:2307.08691). For every query row it keeps three running quantities while
 the key tiles go by:
 
 * ``m``   the largest score seen so far,

@@ -1,0 +1,182 @@
+"""FlashAttention tiling vs the naive T x S attention vs PyTorch's fused SDPA: time and peak memory.
+
+    .venv/bin/python benchmarks/bench_flash.py                # T = 1024 .. 16384, both backends
+    .venv/bin/python benchmarks/bench_flash.py --max-t 8192 --backend numpy --threads 1
+
+One head, D = 64, float32, T = S. For each T the script prints the best of
+``--repeats`` wall-clock times and the peak *extra* memory of one call:
+
+* NumPy: ``tracemalloc`` peak during the call (NumPy reports every array
+  buffer to tracemalloc, so this is the largest amount of array memory alive
+  at once, inputs excluded).
+* torch: peak resident set size (VmHWM) minus the resident size just before the
+  call, measured in a fresh subprocess per (function, T) after a small warm-up
+  call, with the kernel's peak counter reset through ``/proc/self/clear_refs``.
+  torch's CPU allocator returns large blocks to the OS, so RSS tracks the live
+  tensors; a fresh process keeps one measurement from inheriting another's peak.
+
+Targets at T = 8192 (DESIGN.md): flash peak memory <= 2 % of naive's, flash
+time <= 1.2 x naive (NumPy) and <= 2 x ``F.scaled_dot_product_attention``
+(torch, CPU). Timings on a shared machine are noisy: compare ratios, rerun.
+"""
+
+import argparse
+import gc
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+
+D = 64
+
+
+def set_threads(n):
+    """Thread pools of OpenBLAS (NumPy), MKL/OpenMP (torch); call before importing them."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+
+
+def best_time(fn, repeats):
+    """Best wall-clock seconds of ``repeats`` calls (the least disturbed by other load)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def numpy_peak_bytes(fn):
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def numpy_functions(causal):
+    from transformer_ref import numpy as ref
+
+    def naive(q, k, v):
+        T, S = q.shape[-2], k.shape[-2]
+        return ref.scaled_dot_product_attention(q, k, v, ref.causal_mask(T, S) if causal else None)
+
+    return {"naive": naive, "flash": lambda q, k, v: ref.flash_attention(q, k, v, causal=causal)}
+
+
+def torch_functions(causal):
+    import torch.nn.functional as F
+
+    from transformer_ref import torch as tref
+
+    def naive(q, k, v):
+        T, S = q.shape[-2], k.shape[-2]
+        return tref.scaled_dot_product_attention(q, k, v, tref.causal_mask(T, S) if causal else None)
+
+    return {
+        "naive": naive,
+        "flash": lambda q, k, v: tref.flash_attention(q, k, v, causal=causal),
+        "F.sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+    }
+
+
+def _proc_kib(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def torch_probe(name, T, causal, threads):
+    """Child process: print the peak RSS growth (bytes) of one call of ``name`` at size T."""
+    import torch
+
+    torch.set_num_threads(threads)
+    fn = torch_functions(causal)[name]
+    with torch.no_grad():
+        fn(*(torch.randn(1, 1, 256, D) for _ in range(3)))  # warm-up: load kernels, thread pools
+        q, k, v = (torch.randn(1, 1, T, D) for _ in range(3))
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        before = _proc_kib("VmRSS")
+        fn(q, k, v)
+        print((_proc_kib("VmHWM") - before) * 1024)
+
+
+def torch_peak_bytes(name, T, causal, threads):
+    args = [sys.executable, __file__, "--probe", name, str(T), "--threads", str(threads)]
+    args += ["--causal"] if causal else []
+    return int(subprocess.run(args, check=True, capture_output=True, text=True).stdout.split()[-1])
+
+
+def mib(n):
+    return f"{n / 2**20:9.1f}"
+
+
+def run_numpy(sizes, repeats, causal_t, threads):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    print(f"\nNumPy {np.__version__} ({threads} BLAS threads): one head, D = {D}, float32, T = S; "
+          f"best of {repeats}; memory = tracemalloc peak")
+    print(f"{'T':>6} {'mask':>6} | {'naive s':>8} {'flash s':>8} {'flash/naive':>11} | "
+          f"{'naive MiB':>9} {'flash MiB':>9} {'flash/naive':>11}")
+    rows = [(T, False) for T in sizes] + ([(causal_t, True)] if causal_t else [])
+    for T, causal in rows:
+        q, k, v = (rng.standard_normal((1, T, D), dtype=np.float32) for _ in range(3))
+        fns = numpy_functions(causal)
+        t = {name: best_time(lambda: fn(q, k, v), repeats) for name, fn in fns.items()}
+        m = {name: numpy_peak_bytes(lambda: fn(q, k, v)) for name, fn in fns.items()}
+        print(f"{T:>6} {'causal' if causal else 'full':>6} | {t['naive']:8.3f} {t['flash']:8.3f} "
+              f"{t['flash'] / t['naive']:10.2f}x | {mib(m['naive'])} {mib(m['flash'])} "
+              f"{100 * m['flash'] / m['naive']:10.2f}%", flush=True)
+
+
+def run_torch(sizes, repeats, causal_t, threads):
+    import torch
+
+    torch.set_num_threads(threads)
+    print(f"\ntorch {torch.__version__} (CPU, {torch.get_num_threads()} threads): one head, D = {D}, "
+          f"float32, T = S; best of {repeats}; memory = peak RSS growth in a fresh process")
+    print(f"{'T':>6} {'mask':>6} | {'naive s':>8} {'sdpa s':>8} {'flash s':>8} {'flash/sdpa':>10} "
+          f"{'flash/naive':>11} | {'naive MiB':>9} {'sdpa MiB':>9} {'flash MiB':>9} {'flash/naive':>11}")
+    rows = [(T, False) for T in sizes] + ([(causal_t, True)] if causal_t else [])
+    for T, causal in rows:
+        q, k, v = (torch.randn(1, 1, T, D) for _ in range(3))
+        fns = torch_functions(causal)
+        with torch.no_grad():
+            t = {name: best_time(lambda: fn(q, k, v), repeats) for name, fn in fns.items()}
+        m = {name: torch_peak_bytes(name, T, causal, threads) for name in fns}
+        print(f"{T:>6} {'causal' if causal else 'full':>6} | {t['naive']:8.3f} {t['F.sdpa']:8.3f} "
+              f"{t['flash']:8.3f} {t['flash'] / t['F.sdpa']:9.2f}x {t['flash'] / t['naive']:10.2f}x | "
+              f"{mib(m['naive'])} {mib(m['F.sdpa'])} {mib(m['flash'])} {100 * m['flash'] / m['naive']:10.2f}%",
+              flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-t", type=int, default=16384, help="largest T = S (default 16384)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per measurement, best kept")
+    parser.add_argument("--backend", choices=["numpy", "torch", "both"], default="both")
+    parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads (default 2)")
+    parser.add_argument("--probe", nargs=2, metavar=("NAME", "T"), help=argparse.SUPPRESS)
+    parser.add_argument("--causal", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    set_threads(args.threads)
+    if args.probe:
+        torch_probe(args.probe[0], int(args.probe[1]), args.causal, args.threads)
+        return
+    sizes = [T for T in (1024, 2048, 4096, 8192, 16384) if T <= args.max_t]
+    causal_t = min(8192, args.max_t) if sizes else None
+    if args.backend in ("numpy", "both"):
+        run_numpy(sizes, args.repeats, causal_t, args.threads)
+    if args.backend in ("torch", "both"):
+        run_torch(sizes, args.repeats, causal_t, args.threads)
+
+
+if __name__ == "__main__":
+    main()
