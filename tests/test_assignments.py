@@ -616,3 +616,22 @@ def test_an_array_subclass_cannot_fake_a_pass():
         causal.check_causal_mask(causal_mask)
     with pytest.raises(AssertionError, match="values are wrong"):
         rope.check_apply_rope(apply_rope)
+
+
+def test_guard_ignores_what_torch_rebinds_itself():
+    """Importing torch._dynamo (torch.compile does) rewraps torch.manual_seed: not tampering."""
+    import torch
+
+    from autograder.checks import _guard
+
+    _guard.verify()
+    import torch._dynamo  # noqa: F401
+
+    _guard.verify()  # must not raise for an honest notebook
+    saved = torch.allclose
+    torch.allclose = lambda *a, **k: True
+    try:
+        with pytest.raises(AssertionError, match="torch.allclose"):
+            _guard.verify()
+    finally:
+        torch.allclose = saved

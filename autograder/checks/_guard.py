@@ -35,6 +35,11 @@ _LIBRARY_MODULES = (
 )
 # Packages watched deeply (every submodule, every function's code object).
 _DEEP_PACKAGES = ("transformer_ref", "autograder.checks")
+# Attributes that torch itself rebinds at run time: importing torch._dynamo (which
+# torch.compile and several torch features do lazily) wraps torch.manual_seed. The
+# checks compare against references on the same inputs, so the seed function cannot
+# turn a failure into a pass; watching it would only flag honest notebooks.
+_REBOUND_BY_LIBRARY = {("torch", "manual_seed")}
 # Python builtins the checks and the visible tests use.
 _BUILTINS = (
     "abs", "all", "any", "bool", "callable", "dict", "enumerate", "float", "getattr",
@@ -63,7 +68,7 @@ def _same(a, b):
 
 def _watch(name, module, deep):
     for attr, value in list(vars(module).items()):
-        if attr.startswith("__") or (not deep and attr.startswith("_")):
+        if attr.startswith("__") or (not deep and attr.startswith("_")) or (name, attr) in _REBOUND_BY_LIBRARY:
             continue
         _snapshot.setdefault((name, attr), value)
         if deep and isinstance(value, types.FunctionType) and value.__module__ == name:
