@@ -1,0 +1,73 @@
+"""nbgrader settings for this course, built in code so that every command agrees.
+
+The course root is the repository root: source notebooks (with solutions and
+hidden tests) live in ``solutions/<assignment>/``, student versions are generated
+into ``release/<assignment>/``, and submissions are collected into
+``submitted/<student>/<assignment>/``. The gradebook is ``gradebook.db`` in the
+root unless another SQLAlchemy URL is given.
+"""
+
+import functools
+import os
+from pathlib import Path
+
+from traitlets.config import Config
+
+SOURCE = "solutions"
+RELEASE = "release"
+SUBMITTED = "submitted"
+AUTOGRADED = "autograded"
+FEEDBACK = "feedback"
+
+
+def default_db_url(root):
+    """The SQLite gradebook ``<root>/gradebook.db``."""
+    return f"sqlite:///{Path(root).resolve() / 'gradebook.db'}"
+
+
+def course_config(root, db_url=None, assignment=None, student=None):
+    """A traitlets ``Config`` for nbgrader's converters, rooted at ``root``."""
+    c = Config()
+    c.CourseDirectory.root = str(Path(root).resolve())
+    c.CourseDirectory.source_directory = SOURCE
+    c.CourseDirectory.release_directory = RELEASE
+    c.CourseDirectory.submitted_directory = SUBMITTED
+    c.CourseDirectory.autograded_directory = AUTOGRADED
+    c.CourseDirectory.feedback_directory = FEEDBACK
+    c.CourseDirectory.db_url = db_url or default_db_url(root)
+    if assignment:
+        c.CourseDirectory.assignment_id = assignment
+    if student:
+        c.CourseDirectory.student_id = student
+    # feedback shows the student's code and test results, never the hidden tests
+    c.GenerateFeedback.preprocessors = [
+        "nbgrader.preprocessors.GetGrades",
+        "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+        "nbgrader.preprocessors.ClearHiddenTests",
+    ]
+    return c
+
+
+
+@functools.lru_cache(maxsize=None)
+def alembic_head():
+    """The gradebook schema revision, read in-process from nbgrader's migrations."""
+    import nbgrader
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", os.path.join(os.path.dirname(nbgrader.__file__), "alembic"))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def prepare_nbgrader():
+    """Make nbgrader create gradebooks without running the ``alembic`` CLI.
+
+    Creating a gradebook, nbgrader 0.9.6 runs ``alembic heads`` in a subprocess
+    (seconds of start-up, and it fails when the virtualenv's ``bin/`` is not on
+    PATH). The same revision is read here in-process.
+    """
+    import nbgrader.api
+
+    nbgrader.api.get_alembic_version = alembic_head

@@ -1,0 +1,125 @@
+"""Progress bar, ``grades.csv`` and the end-of-run class summary."""
+
+import csv
+import sys
+from collections import Counter
+from time import monotonic
+
+CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
+              "seconds", "failed_tests", "limits", "tampered", "deleted", "flags", "error"]
+
+LIMIT_KINDS = ("timeout", "hang", "notebook_timeout", "crash", "output", "kernel_start", "replay")
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per 10 % when not a terminal)."""
+
+    def __init__(self, total, enabled=True, width=30):
+        self.total, self.done, self.width = total, 0, width
+        self.enabled = enabled and total > 0
+        self.tty = sys.stderr.isatty()
+        self.start = monotonic()
+        self.last_decile = -1
+
+    def update(self, label=""):
+        self.done += 1
+        if not self.enabled:
+            return
+        elapsed = monotonic() - self.start
+        filled = self.width * self.done // self.total
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{elapsed:5.0f} s  {label}")
+        if self.tty:
+            sys.stderr.write("\r" + line[:100].ljust(100))
+        elif 10 * self.done // self.total != self.last_decile:
+            self.last_decile = 10 * self.done // self.total
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.enabled and self.tty:
+            sys.stderr.write("\n")
+
+
+def limits_hit(result):
+    """Sorted limit kinds hit by a result ('timeout', 'hang', 'crash', 'output', ...)."""
+    return sorted({e["kind"] for e in result["events"] if e["kind"] in LIMIT_KINDS})
+
+
+def failed_tests(result, tests):
+    """Test cells (grade ids) of ``tests`` that did not get full marks."""
+    scores = {(nb["name"], g["name"]): (g["auto_score"], g["max_score"])
+              for nb in result["notebooks"] for g in nb["grades"]}
+    return [gid for nb, gid in tests
+            if result["status"] != "ok" or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
+
+
+def csv_row(assignment, result, tests):
+    return dict(
+        student=result["student"], assignment=assignment,
+        score=f"{result['score']:g}", max_score=f"{result['max_score']:g}",
+        status=result["status"], needs_manual=int(bool(result["needs_manual"])),
+        seconds=f"{result['seconds']:.1f}",
+        failed_tests=";".join(failed_tests(result, tests)),
+        limits=";".join(limits_hit(result)),
+        tampered=";".join(result["tampered"]), deleted=";".join(result["deleted"]),
+        flags=";".join(result["flags"] + [f"missing:{n}" for n in result["missing"]]
+                       + [f"unreadable:{n}" for n in result["unreadable"]]),
+        error=result["error"] or "")
+
+
+def write_csv(path, assignment, results, tests=()):
+    """Add/replace this run's rows in ``grades.csv``; rows of other assignments/students stay."""
+    rows = {}
+    if path.exists():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                rows[(row["assignment"], row["student"])] = {k: row.get(k, "") for k in CSV_FIELDS}
+    for result in results:
+        rows[(assignment, result["student"])] = csv_row(assignment, result, tests)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for key in sorted(rows):
+            writer.writerow(rows[key])
+
+
+def report(assignment, results, tests, seconds, jobs, settings, out=None):
+    """Print the class summary."""
+    out = out or sys.stdout
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    n = len(results)
+    p(f"\nGraded {n} submission(s) of {assignment} in {seconds:.1f} s with {jobs} job(s)"
+      f" (cell {settings.cell_timeout} s, notebook {settings.notebook_timeout:g} s,"
+      f" memory {settings.memory_mb} MiB, output {settings.output_limit} B/cell,"
+      f" network {'off' if settings.no_network else 'NOT isolated (needs root)'},"
+      f" {'at most %d tasks' % settings.max_tasks if settings.cgroup else 'processes NOT capped (needs root)'}).")
+    if not n:
+        return
+    scores = [r["score"] for r in results]
+    p(f"Score: mean {sum(scores) / n:.2f}, min {min(scores):g}, max {max(scores):g}"
+      f" of {max(r['max_score'] for r in results):g}")
+    failures = Counter(t for r in results for t in failed_tests(r, tests))
+    if tests:
+        p("Tests passed:")
+        width = max(len(gid) for _, gid in tests)
+        for _, gid in tests:
+            p(f"  {gid:<{width}}  {n - failures[gid]:>4}/{n}")
+    slow = sorted(results, key=lambda r: -r["seconds"])[:5]
+    p("Slowest: " + ", ".join(f"{r['student']} {r['seconds']:.1f} s" for r in slow))
+    sections = [
+        ("Hit a limit", lambda r: ", ".join(
+            f"{e['kind']} in {e['grade_id'] or 'cell ' + str(e['cell'])}" for e in r["events"]
+            if e["kind"] in LIMIT_KINDS)),
+        ("Edited test cells (restored)", lambda r: ", ".join(r["tampered"])),
+        ("Deleted test cells (restored)", lambda r: ", ".join(r["deleted"])),
+        ("Suspicious code", lambda r: ", ".join(r["flags"])),
+        ("Missing or unreadable notebooks", lambda r: ", ".join(r["missing"] + r["unreadable"])),
+        ("Errors (scored 0)", lambda r: r["error"] or ""),
+    ]
+    for title, describe in sections:
+        lines = [(r["student"], describe(r)) for r in results if describe(r)]
+        if lines:
+            p(f"{title}: {len(lines)}")
+            for student, text in lines:
+                p(f"  {student}: {text}")

@@ -1,0 +1,123 @@
+"""Class-scale grading throughput: ``python -m autograder grade`` vs stock nbgrader.
+
+Builds a class of N submissions of one assignment (the solved source notebook,
+each copy varied by a comment and blank lines so no two are identical), then
+times
+
+* stock: ``nbgrader autograde`` (one process, students one after another), and
+  ``nbgrader generate_feedback`` after it, since the driver writes feedback too;
+* driver: ``python -m autograder grade --jobs J`` (autograde + feedback + CSV).
+
+Usage: python benchmarks/bench_grading.py [--assignment ID] [-n 100] [--jobs 2] [--skip-stock]
+Timings depend on the machine's load; run it on an otherwise idle machine.
+"""
+
+import argparse
+import copy
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from autograder.release import generate  # noqa: E402
+
+
+def solved(source, release):
+    """The student version with every solution cell filled in from the source."""
+    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
+                 if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = copy.deepcopy(release)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution") and gid in solutions:
+            cell.source = "\n".join(line for line in solutions[gid].splitlines()
+                                    if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+    return nb
+
+
+def make_class(root, assignment, course, n):
+    shutil.copytree(course / "solutions" / assignment, root / "solutions" / assignment)
+    source = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    release_dir = generate(assignment, root, release_dir=root / "release")
+    release = nbformat.read(release_dir / f"{assignment}.ipynb", as_version=4)
+    base = solved(source, release)
+    first = next(c for c in base.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    for i in range(n):
+        nb = copy.deepcopy(base)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                    == first.metadata["nbgrader"]["grade_id"])
+        cell.source = f"# submission {i}\n" + cell.source + "\n" * (i % 3)
+        folder = root / "submitted" / f"student{i:03d}" / assignment
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{assignment}.ipynb")
+
+
+def run(cmd, cwd):
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                        "PYTHONPATH": str(REPO)})
+    return time.perf_counter() - start
+
+
+def stock(root, assignment, n):
+    """Seconds for stock nbgrader autograde, and for autograde + feedback."""
+    common = ["--CourseDirectory.root=" + str(root), "--CourseDirectory.source_directory=solutions",
+              f"--CourseDirectory.db_url=sqlite:///{root}/stock.db", "--Execute.timeout=30"]
+    nbgrader = [sys.executable, "-m", "nbgrader"]
+    run(nbgrader + ["generate_assignment", assignment, "--force",
+                    "--CourseDirectory.release_directory=release-stock"] + common, root)
+    autograde = run(nbgrader + ["autograde", assignment, "--force"] + common, root)
+    feedback = run(nbgrader + ["generate_feedback", assignment, "--force"] + common, root)
+    return autograde, autograde + feedback
+
+
+def driver(root, assignment, jobs):
+    return run([sys.executable, "-m", "autograder", "grade", assignment, "--root", str(root),
+                "--jobs", str(jobs), "--no-progress"], REPO)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = "01-rope" if (REPO / "solutions" / "01-rope").is_dir() else "toy"
+    parser.add_argument("--assignment", default=default)
+    parser.add_argument("-n", type=int, default=100, help="submissions (default 100)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--skip-stock", action="store_true", help="time only the driver")
+    args = parser.parse_args()
+    course = REPO / "tests" / "fixtures" / "course" if args.assignment == "toy" else REPO
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+        root = Path(tmp)
+        make_class(root, args.assignment, course, args.n)
+        ours = driver(root, args.assignment, args.jobs)
+        with open(root / "grades.csv", newline="") as f:
+            scores = Counter((row["score"], row["status"]) for row in csv.DictReader(f))
+        rows = [(f"driver, --jobs {args.jobs} (autograde + feedback + csv)", ours)]
+        if not args.skip_stock:
+            auto, both = stock(root, args.assignment, args.n)
+            rows += [("stock nbgrader autograde (sequential)", auto),
+                     ("stock nbgrader autograde + generate_feedback", both)]
+    print(f"\nGrading {args.n} submissions of {args.assignment} on {os.cpu_count()} cores "
+          f"(load average at the end {os.getloadavg()[0]:.1f})")
+    print(f"{'':55} {'seconds':>8} {'s/student':>10}")
+    for name, seconds in rows:
+        print(f"{name:55} {seconds:8.1f} {seconds / args.n:10.2f}")
+    print("driver's scores (score, status): count = "
+          + ", ".join(f"{k}: {v}" for k, v in sorted(scores.items())))
+    if len(rows) == 3:
+        print(f"speed-up of the driver: {rows[1][1] / ours:.2f}x over stock autograde, "
+              f"{rows[2][1] / ours:.2f}x over stock autograde + feedback")
+
+
+if __name__ == "__main__":
+    main()

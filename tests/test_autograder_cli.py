@@ -1,0 +1,121 @@
+"""The instructor's command line, run as a subprocess on the toy fixture course."""
+
+import copy
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.release import normalize
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "fixtures" / "course"
+SUBCOMMANDS = ("generate", "grade", "feedback", "export")
+
+
+def cli(*args, check=True):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture()
+def course(tmp_path):
+    shutil.copytree(FIXTURE / "solutions", tmp_path / "solutions")
+    return tmp_path
+
+
+def test_help_documents_every_subcommand():
+    top = cli("--help").stdout
+    for name in SUBCOMMANDS:
+        assert name in top
+    assert "submitted/<student>/<assignment>/" in top
+    grade_help = cli("grade", "--help").stdout
+    for flag in ("--jobs", "--timeout-cell", "--timeout-notebook", "--memory-mb",
+                 "--output-limit", "--students", "--db", "--root"):
+        assert flag in grade_help, flag
+    for name in ("generate", "feedback", "export"):
+        assert "usage: python -m autograder " + name in cli(name, "--help").stdout
+
+
+def test_unknown_assignment_fails_with_a_message(course):
+    proc = cli("grade", "no-such-assignment", "--root", course, check=False)
+    assert proc.returncode != 0
+    assert "no source notebooks" in proc.stderr
+
+
+def test_generate_is_deterministic_and_check_detects_stale_versions(course):
+    cli("generate", "--all", "--root", course)
+    path = course / "release" / "toy" / "toy.ipynb"
+    first = path.read_bytes()
+    cli("generate", "toy", "--root", course)
+    assert path.read_bytes() == first
+    assert cli("generate", "--check", "toy", "--root", course).returncode == 0
+    assert "BEGIN SOLUTION" not in first.decode() and "add(-1, 1)" not in first.decode()
+
+    source_path = course / "solutions" / "toy" / "toy.ipynb"
+    source = nbformat.read(source_path, as_version=4)
+    source.cells[0].source += "\n\nOne more sentence."
+    nbformat.write(source, source_path)
+    proc = cli("generate", "--check", "toy", "--root", course, check=False)
+    assert proc.returncode == 1 and "stale: release/toy/toy.ipynb" in proc.stdout
+
+
+def test_normalize_ignores_outputs_but_not_sources():
+    nb = nbformat.read(FIXTURE / "solutions" / "toy" / "toy.ipynb", as_version=4)
+    executed = copy.deepcopy(nb)
+    code = next(c for c in executed.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hi\n")]
+    code.execution_count = 3
+    assert normalize(executed) == normalize(nb)
+    code.source += "\nx = 1"
+    assert normalize(executed) != normalize(nb)
+
+
+@pytest.mark.slow
+def test_grade_feedback_export_round_trip(course, tmp_path):
+    cli("generate", "toy", "--root", course)
+    release = nbformat.read(course / "release" / "toy" / "toy.ipynb", as_version=4)
+    source = nbformat.read(course / "solutions" / "toy" / "toy.ipynb", as_version=4)
+    solutions = {c.metadata.nbgrader.grade_id: c.source for c in source.cells
+                 if c.metadata.get("nbgrader", {}).get("solution")}  # code and the written answer
+    solved = copy.deepcopy(release)
+    for cell in solved.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") in solutions:
+            cell.source = solutions[cell.metadata.nbgrader.grade_id]
+    for student, nb in (("ada", solved), ("bob", release)):
+        folder = course / "submitted" / student / "toy"
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / "toy.ipynb")
+    db = tmp_path / "elsewhere" / "class.db"
+    db.parent.mkdir()
+
+    out = cli("grade", "toy", "--root", course, "--db", f"sqlite:///{db}", "--jobs", "2",
+              "--timeout-cell", "10", "--no-progress").stdout
+    assert "Graded 2 submission(s) of toy" in out and "Tests passed:" in out
+    assert db.exists() and not (course / "gradebook.db").exists()
+    with open(course / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    assert (rows["ada"]["score"], rows["ada"]["max_score"]) == ("6", "7")  # + 1 manual point
+    assert rows["bob"]["score"] == "0" and rows["bob"]["failed_tests"].count(";") == 3
+    assert rows["ada"]["needs_manual"] == "1" and rows["bob"]["needs_manual"] == "0"  # no answer
+    assert (course / "autograded" / "ada" / "toy" / "toy.ipynb").exists()
+
+    page = course / "feedback" / "ada" / "toy" / "toy.html"
+    page.unlink()
+    cli("feedback", "toy", "--root", course, "--db", f"sqlite:///{db}")
+    assert page.exists() and "add(-1, 1)" not in page.read_text()
+
+    export = tmp_path / "export.csv"
+    cli("export", "toy", "--root", course, "--db", f"sqlite:///{db}", "--to", export)
+    with open(export, newline="") as f:
+        exported = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert float(exported["ada"]["raw_score"]) == 6.0 and float(exported["bob"]["raw_score"]) == 0.0
