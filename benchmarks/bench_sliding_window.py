@@ -11,20 +11,8 @@ Timings on a shared machine are noisy: compare the per-query column, rerun.
 """
 
 import argparse
-import os
-import time
 
-D = 64
-
-
-def best_time(fn, repeats):
-    """Best wall-clock seconds of ``repeats`` calls (the least disturbed by other load)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+from bench_flash import D, best_time, set_threads  # one timing helper for all attention benchmarks
 
 
 def main():
@@ -35,8 +23,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per measurement, best kept")
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads (default 2)")
     args = parser.parse_args()
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(args.threads)  # before NumPy and torch load their thread pools
+    set_threads(args.threads)  # before NumPy and torch load their thread pools
 
     import numpy as np
     import torch
