@@ -9,9 +9,12 @@
   score zero (nbgrader ``generate_assignment`` + ``autograde`` in a temporary course);
 * the checks: each passes the course's solution, fails typical wrong implementations
   with a clear message, and catches solutions that use ``transformer_ref``/SDPA or
-  monkeypatch NumPy or the checks.
+  monkeypatch NumPy or the checks; the memory checks also require a correct result;
+* visible test cells: their hidden line rejects a part's functions that use the
+  reference, so such a part scores 0 in total.
 """
 
+import ast
 import html
 import json
 import os
@@ -449,6 +452,18 @@ def test_memory_checks_catch_the_full_matrix(check, fn, words):
         check(fn)
 
 
+@pytest.mark.parametrize("check", [flash.check_flash_memory, flash.check_sliding_window_memory],
+                         ids=["flash", "window"])
+@pytest.mark.parametrize("fn, words", [
+    (lambda *args, **kwargs: 0, "expected an output of shape"),
+    (lambda q, k, v, *args, **kwargs: np.zeros_like(q), "values are wrong"),
+], ids=["returns-0", "zeros"])
+def test_memory_checks_require_a_correct_result(check, fn, words):
+    """Allocating nothing is easy for a function that computes nothing: no memory points."""
+    with pytest.raises(AssertionError, match=words):
+        check(fn)
+
+
 def test_wrong_conceptual_answers_fail():
     with pytest.raises(AssertionError, match="not correct"):
         gqa.check_answer_kv_bytes_gqa(10737418240)  # the MHA number
@@ -523,6 +538,55 @@ def test_anticheat_restores_the_reference():
         causal.check_causal_mask(namespace["causal_mask"])
     assert ref.causal_mask is original
     causal.check_causal_mask(solved_namespace("03-causal-mask")["causal_mask"])
+
+
+def visible_cells(aid):
+    """[(visible test cell, names of the functions its part's solution cell defines)]."""
+    found, names = [], []
+    for cell in read(source_path(aid)).cells:
+        if cell.cell_type != "code":
+            continue
+        if meta(cell).get("solution"):
+            names = [n.name for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef)]
+        elif meta(cell).get("grade_id", "").endswith("_visible"):
+            found.append((cell, names))
+    return found
+
+
+VISIBLE = [(aid, cell, names) for aid in ASSIGNMENTS for cell, names in visible_cells(aid)]
+VISIBLE_IDS = [f"{aid[:2]}-{meta(cell)['grade_id']}" for aid, cell, _ in VISIBLE]
+
+
+@pytest.mark.parametrize("aid, cell, names", VISIBLE, ids=VISIBLE_IDS)
+def test_visible_cell_checks_every_function_of_its_part(aid, cell, names):
+    """The hidden line of a visible cell names the part's functions (SDPA banned where the hidden check bans it)."""
+    hidden = re.search(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S).group(1)
+    args = ", ".join(names) + (", forbid_sdpa=True" if names == ["grouped_query_attention_torch"] else "")
+    assert hidden == f"import autograder.checks._common as _checks\n_checks.check_no_reference({args})\n"
+
+
+@pytest.mark.parametrize("aid, cell, names", VISIBLE, ids=VISIBLE_IDS)
+def test_visible_cell_passes_the_solution_and_zeroes_reference_use(solutions, aid, cell, names, capfd):
+    """Honest: the whole cell (hidden line included) passes quietly. A function that also
+    touches transformer_ref still passes the visible asserts, but the hidden line fails the cell."""
+    exec(compile(cell.source, "<visible>", "exec"), dict(solutions[aid]))
+    assert capfd.readouterr().err == ""
+    for name in names:
+        namespace = dict(solutions[aid], _honest=solutions[aid][name])
+        exec(f"from transformer_ref import numpy as ref\n"
+             f"def {name}(*args, **kwargs):\n    ref.__name__\n    return _honest(*args, **kwargs)\n", namespace)
+        with pytest.raises(AssertionError, match=f"{name} scores 0: solutions must not use transformer_ref"):
+            exec(compile(cell.source, "<visible>", "exec"), namespace)
+
+
+def test_visible_cell_zeroes_sdpa_in_the_torch_part(solutions):
+    aid = "02-gqa-kv-cache"
+    cell = next(c for c, names in visible_cells(aid) if names == ["grouped_query_attention_torch"])
+    namespace = dict(solutions[aid])
+    exec("def grouped_query_attention_torch(q, k, v, mask=None):\n"
+         "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)\n", namespace)
+    with pytest.raises(AssertionError, match="scores 0: .*scaled_dot_product_attention"):
+        exec(compile(cell.source, "<visible>", "exec"), namespace)
 
 
 # --------------------------------------------------------------------------- tamper guard

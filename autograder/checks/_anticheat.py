@@ -8,10 +8,14 @@ Two independent nets:
   ``transformer_ref`` anywhere in that graph is a violation; so is any use of a
   name containing ``scaled_dot_product`` that is not the student's own function
   when SDPA is forbidden.
-* ``tripwires(...)`` replaces, while the student's function runs, every public
+* ``Tripwires`` replaces, while the student's function runs, every public
   function of the loaded ``transformer_ref`` modules (and torch's SDPA when it is
   forbidden) by a wrapper that records the call, so dynamic tricks
   (``importlib.import_module``, ``getattr`` with built strings) are caught too.
+
+The hidden checks use both nets (``_common.call``). The visible test cell of each
+part ends with a hidden ``_common.check_no_reference(fn)``, the static net alone
+(the visible tests already ran the code), so such a part scores 0 in total.
 """
 
 import contextlib
@@ -125,8 +129,11 @@ def no_cheating(fn, what, *, forbid_sdpa=False):
         if wires.hits:
             reason = f"it called {wires.hits[0]}"
     if reason is not None:
-        banned = "transformer_ref" + (" or scaled_dot_product_attention" if forbid_sdpa else "")
-        raise AssertionError(
-            f"{what} scores 0: solutions must not use {banned} ({reason}). "
-            "Implement it yourself with NumPy/torch operations."
-        )
+        raise AssertionError(cheating_message(what, reason, forbid_sdpa=forbid_sdpa))
+
+
+def cheating_message(what, reason, *, forbid_sdpa=False):
+    """The verdict shown to the student when ``what`` uses the reference (or SDPA)."""
+    banned = "transformer_ref" + (" or scaled_dot_product_attention" if forbid_sdpa else "")
+    return (f"{what} scores 0: solutions must not use {banned} ({reason}). "
+            "Implement it yourself with NumPy/torch operations.")

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from ._anticheat import no_cheating
+from ._anticheat import cheating_message, no_cheating, static_violation
 from ._guard import verify
 
 
@@ -36,6 +36,20 @@ def hidden_test(check):
         _verify()
 
     return run
+
+
+@hidden_test
+def check_no_reference(*fns, forbid_sdpa=False):
+    """The hidden line of a part's visible test cell: none of ``fns`` uses the reference.
+
+    Static only (``static_violation``): the visible tests above already ran the code, and
+    the part's hidden checks add the tripwires. The verdict zeroes the visible cell, so a
+    part that hands its work to ``transformer_ref`` (or SDPA) scores 0 in total.
+    """
+    for fn in fns:
+        reason = static_violation(fn, forbid_sdpa=forbid_sdpa)
+        if reason is not None:
+            fail(cheating_message(getattr(fn, "__name__", "this part"), reason, forbid_sdpa=forbid_sdpa))
 
 
 def rng(seed):

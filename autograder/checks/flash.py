@@ -3,7 +3,9 @@
 Tolerances: rtol 1e-7, atol 1e-9 (the online rescaling changes the summation
 order, float64 keeps that far below 1e-9). Memory is measured with
 ``tracemalloc`` (NumPy reports its buffers to it): the tiled functions must stay
-far below the size of the full T x S score matrix.
+far below the size of the full T x S score matrix. A memory check first requires
+the result of that run to be correct (same reference, same tolerance), so a
+function that computes nothing earns no memory points.
 """
 
 import tracemalloc
@@ -85,23 +87,38 @@ def check_flash_attention(flash_attention):
 
 
 def _peak_bytes(fn, *args, what):
-    """Peak bytes allocated while ``fn(*args)`` runs (inputs copied before measuring)."""
+    """``fn(*args)`` and the peak bytes allocated while it runs (inputs copied before measuring)."""
     args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
     tracemalloc.start()
     try:
-        call(fn, *args, what=what, copy_inputs=False)
-        return tracemalloc.get_traced_memory()[1]
+        out = call(fn, *args, what=what, copy_inputs=False)
+        return out, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
 
+def _reference_by_rows(q, k, v, mask, rows=256):
+    """Reference attention with a (T, S) ``mask``, ``rows`` queries at a time (small memory)."""
+    T = q.shape[-2]
+    return np.concatenate([ref.scaled_dot_product_attention(q[..., i:i + rows, :], k, v, mask[i:i + rows])
+                           for i in range(0, T, rows)], axis=-2)
+
+
+def _assert_correct_for_memory(out, expected, what):
+    """Memory points only for a correct result: the same comparison as the value checks."""
+    assert_close(to_numpy(out, what), expected, what, **F64,
+                 hint="The memory test counts only when the result is correct.")
+
+
 @hidden_test
 def check_flash_memory(flash_attention):
-    """No T x S matrix: peak extra memory below 1/4 of the score matrix at T = S = 1024."""
+    """Correct, with no T x S matrix: peak memory below 1/4 of the score matrix at T = S = 1024."""
     g = rng(603)
     T, D = 1024, 32
     q, k, v = g.standard_normal((3, T, D))
-    peak = _peak_bytes(flash_attention, q, k, v, True, 64, 64, what="flash_attention (T = S = 1024)")
+    what = "flash_attention (T = S = 1024)"
+    out, peak = _peak_bytes(flash_attention, q, k, v, True, 64, 64, what=what)
+    _assert_correct_for_memory(out, _reference_by_rows(q, k, v, ref.causal_mask(T, T)), what)
     if peak > T * T * 8 // 4:
         fail(f"flash_attention (T = S = {T}, 64 x 64 tiles) allocated {peak / 2**20:.1f} MiB at "
              f"peak; the full score matrix is {T * T * 8 / 2**20:.0f} MiB. Work tile by tile "
@@ -126,12 +143,13 @@ def check_sliding_window_attention(sliding_window_attention):
 
 @hidden_test
 def check_sliding_window_memory(sliding_window_attention):
-    """O(T * W) memory: at T = 4096, W = 8 far below the T x T score matrix."""
+    """Correct, in O(T * W) memory: at T = 4096, W = 8 far below the T x T score matrix."""
     g = rng(605)
     T, D, W = 4096, 8, 8
     q, k, v = g.standard_normal((3, T, D))
-    peak = _peak_bytes(sliding_window_attention, q, k, v, W,
-                       what="sliding_window_attention (T = 4096, window = 8)")
+    what = "sliding_window_attention (T = 4096, window = 8)"
+    out, peak = _peak_bytes(sliding_window_attention, q, k, v, W, what=what)
+    _assert_correct_for_memory(out, _reference_by_rows(q, k, v, ref.sliding_window_mask(T, W)), what)
     if peak > T * T * 8 // 8:
         fail(f"sliding_window_attention (T = {T}, window = {W}) allocated {peak / 2**20:.1f} MiB "
              f"at peak; the full score matrix is {T * T * 8 / 2**20:.0f} MiB. Only compute the "
