@@ -699,3 +699,50 @@ def test_guard_ignores_what_torch_rebinds_itself():
             _guard.verify()
     finally:
         torch.allclose = saved
+
+
+def test_a_solution_cannot_switch_the_guard_off_from_inside_the_check():
+    """Patching the guard's own helpers and the check's assertions while being checked still fails."""
+    from autograder.checks import causal
+
+    def sneaky_causal_mask(T, S=None):
+        guard = sys.modules["autogr" + "ader.checks._guard"]  # hidden from the static scan
+        guard._changes = lambda: []
+        guard._snapshot = {}
+        checks = sys.modules["autogr" + "ader.checks.causal"]
+        for name in [n for n in vars(checks) if n.startswith("assert")]:
+            setattr(checks, name, lambda *a, **k: None)
+        return np.zeros((T, T if S is None else S), dtype=bool)
+
+    saved = {k: v for k, v in vars(causal).items() if k.startswith("assert")}
+    from autograder.checks import _guard
+
+    saved_guard = (_guard._changes, _guard._snapshot)
+    try:
+        with pytest.raises(AssertionError, match="replaced objects the grader relies on"):
+            causal.check_causal_mask(sneaky_causal_mask)
+    finally:
+        vars(causal).update(saved)
+        _guard._changes, _guard._snapshot = saved_guard
+
+
+def test_a_solution_that_imports_the_grader_scores_zero():
+    from autograder.checks._anticheat import static_violation
+
+    def uses_grader(T, S=None):
+        import autograder.checks.causal  # noqa: F401
+
+        return np.tril(np.ones((T, T), dtype=bool))
+
+    assert "autograder" in static_violation(uses_grader)
+
+
+def test_a_dotted_import_of_the_reference_inside_a_solution_is_caught():
+    from autograder.checks._anticheat import static_violation
+
+    def uses_reference(x):
+        import transformer_ref.numpy  # noqa: F401  (binds the local name "transformer_ref")
+
+        return x
+
+    assert "transformer_ref" in static_violation(uses_reference)

@@ -23,14 +23,17 @@ import sys
 import types
 
 REFERENCE_PACKAGE = "transformer_ref"
+# A solution may use neither the reference nor the grader itself (reaching into
+# autograder.checks from a solution can only be an attempt to tamper with the checks).
+FORBIDDEN_PACKAGES = (REFERENCE_PACKAGE, "autograder")
 SDPA_NAME = "scaled_dot_product"
 
 
 def _is_reference(obj):
     if isinstance(obj, types.ModuleType):
-        return obj.__name__.split(".")[0] == REFERENCE_PACKAGE
+        return obj.__name__.split(".")[0] in FORBIDDEN_PACKAGES
     module = getattr(obj, "__module__", None)
-    return isinstance(module, str) and module.split(".")[0] == REFERENCE_PACKAGE
+    return isinstance(module, str) and module.split(".")[0] in FORBIDDEN_PACKAGES
 
 
 def _code_objects(code):
@@ -50,7 +53,8 @@ def static_violation(fn, *, forbid_sdpa=False):
             continue
         seen.add(id(obj))
         if _is_reference(obj):
-            return f"it uses {getattr(obj, '__name__', obj)!s} from transformer_ref"
+            package = (obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__).split(".")[0]
+            return f"it uses {getattr(obj, '__name__', obj)!s} from {package}"
         if isinstance(obj, (types.MethodType, classmethod, staticmethod)):
             stack.append(obj.__func__)
             continue
@@ -68,8 +72,8 @@ def static_violation(fn, *, forbid_sdpa=False):
         stack.extend(obj.__defaults__ or ())
         for code in _code_objects(obj.__code__):
             for name in code.co_names:
-                if name == REFERENCE_PACKAGE:
-                    return "it imports transformer_ref"
+                if name.split(".")[0] in FORBIDDEN_PACKAGES:  # import x / import x.y.z
+                    return f"it imports {name}"
                 value = env.get(name)
                 own = isinstance(value, types.FunctionType) and value.__module__ == fn.__module__
                 if forbid_sdpa and SDPA_NAME in name and not own:

@@ -88,7 +88,7 @@ def watch_loaded_modules():
             _watch(name, module, deep=True)
 
 
-def _changes():
+def _changes(*, _snapshot=_snapshot, _code=_code, builtins=builtins, sys=sys):
     """Names of the watched objects that differ from the snapshot."""
     changed = []
     for name in _BUILTINS:
@@ -114,8 +114,12 @@ def _changes():
 _MISSING = object()
 
 
-def verify():
-    """Raise ``AssertionError`` if a library, reference or check object was replaced."""
+def verify(*, _changes=_changes, watch_loaded_modules=watch_loaded_modules):
+    """Raise ``AssertionError`` if a library, reference or check object was replaced.
+
+    The helpers are bound as defaults now, at import (before student code), so
+    rebinding ``_guard._changes`` cannot switch the comparison off.
+    """
     changed = _changes()
     if changed:
         shown = ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "")
