@@ -37,3 +37,17 @@ def devices():
 def device(request):
     """Each available torch device in turn."""
     return request.param
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """For modules of tiny tensors: one intra-op thread beats several fighting for shared cores.
+
+    Use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

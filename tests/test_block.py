@@ -19,13 +19,7 @@ from transformer_ref import torch as tref
 TOL = dict(rtol=1e-10, atol=1e-12)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """These tensors are tiny: one intra-op thread is faster than several fighting for shared cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def t64(a, device="cpu"):

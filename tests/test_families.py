@@ -16,13 +16,7 @@ def t64(a):
     return torch.as_tensor(np.asarray(a), dtype=torch.float64)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """These tensors are tiny: one intra-op thread is faster than several fighting for shared cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --- cross-attention ---------------------------------------------------------------------------
