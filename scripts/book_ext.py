@@ -15,13 +15,40 @@
    buttons) configuration script is added twice per page in this stack, which is a JavaScript
    error ("THEBE_JS_URL has already been declared") on every page. Its event handlers and
    stylesheet are removed, so pages carry no Thebe code and no reference to its CDN.
+4. Chapters execute two at a time. With ``execute_notebooks: cache`` MyST-NB runs each chapter
+   when Sphinx reads it, one after another. Before Sphinx reads anything, this extension finds
+   the notebooks it is about to read whose code is not in the execution cache, runs them in a
+   pool of ``BOOK_EXECUTION_JOBS`` processes (default 2; 1 turns this off) and stores each
+   success in the cache exactly as MyST-NB would, so Sphinx then finds every chapter cached.
+   The notebooks are read with MyST-NB's own reader and configuration, so the cache key is the
+   one MyST-NB computes: a changed chapter re-executes, an unchanged one does not. A chapter
+   that fails is not cached; Sphinx runs it again itself and reports the failing cell (warning,
+   traceback, ``reports/<page>.err.log``) as it always did.
 """
 
+import os
 import re
-from pathlib import Path
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import nullcontext
+from multiprocessing import get_context
+from pathlib import Path, PurePosixPath
+from tempfile import TemporaryDirectory
 
 import nbformat
 from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn
+from jupyter_cache.cache.db import NbProjectRecord
+from jupyter_cache.executors.utils import single_nb_execution
+from myst_nb.core.nb_to_tokens import nb_node_to_dict
+from myst_nb.core.read import create_nb_reader
+from sphinx.util import logging
+
+LOGGER = logging.getLogger(__name__)
+JOBS_VARIABLE = "BOOK_EXECUTION_JOBS"
+# Each chapter sets torch to one thread; with two kernels on two cores, BLAS and OpenMP
+# pools must not add threads of their own either.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 CDN_FONT_AWESOME = re.compile(
     r'<link\s+rel="stylesheet"\s+href="https://maxcdn\.bootstrapcdn\.com/font-awesome/[^"]*">\s*'
@@ -81,8 +108,122 @@ def disable_thebe(app):
                               if "thebe" not in (name or "")]
 
 
+def notebook_to_execute(env, docname):
+    """``(notebook, path, nb_config, read_fmt)`` if MyST-NB would execute the page, else None.
+
+    Mirrors ``myst_nb.sphinx_.Parser.parse`` and ``myst_nb.core.execute.create_client``: the
+    same reader and Markdown configuration, the same kernel aliases and notebook-level
+    overrides, the same exclusion patterns, and only in ``cache`` mode.
+    """
+    path = Path(env.doc2path(docname))
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    nb_config = env.mystnb_config
+    reader = create_nb_reader(str(path), env.myst_config, nb_config, text)
+    if reader is None:
+        return None
+    notebook = reader.read(text)
+    kernel_name = notebook.metadata.get("kernelspec", {}).get("name", None)
+    if kernel_name is not None and nb_config.kernel_rgx_aliases:
+        for rgx, alias in nb_config.kernel_rgx_aliases.items():
+            if re.fullmatch(rgx, kernel_name):
+                notebook.metadata["kernelspec"]["name"] = alias
+                break
+    if nb_config.metadata_key in notebook.metadata:
+        overrides = nb_node_to_dict(notebook.metadata[nb_config.metadata_key])
+        overrides.pop("output_folder", None)
+        try:
+            nb_config = nb_config.copy(**overrides)
+        except Exception:  # MyST-NB warns about it when it reads the page
+            return None
+    if nb_config.execution_mode != "cache":
+        return None
+    if any(PurePosixPath(path.as_posix()).match(pattern)
+           for pattern in nb_config.execution_excludepatterns):
+        return None
+    return notebook, path, nb_config, reader.read_fmt
+
+
+def _one_thread_per_kernel():
+    """Pool initializer: the kernels this worker starts inherit its environment."""
+    os.environ.update(ONE_THREAD)
+
+
+def _execute(source, cwd, timeout, allow_errors):
+    """Run one notebook (nbformat JSON) in a pool worker; return what the parent caches.
+
+    ``cwd`` None means a temporary folder (``execution_in_temp``), as in MyST-NB.
+    """
+    notebook = nbformat.reads(source, as_version=4)
+    with TemporaryDirectory() if cwd is None else nullcontext(cwd) as folder:
+        result = single_nb_execution(notebook, cwd=os.path.abspath(folder),
+                                     allow_errors=allow_errors, timeout=timeout,
+                                     meta_override=True)
+    error = f"{type(result.err).__name__}" if result.err is not None else None
+    return nbformat.writes(result.nb), result.time, error
+
+
+def execute_in_parallel(app, env, docnames):
+    """``env-before-read-docs``: put every page Sphinx will read into the execution cache.
+
+    Runs the uncached notebooks among ``docnames`` in a process pool, longest code first so
+    the two workers finish close together. Does nothing when fewer than two need running.
+    """
+    jobs = int(os.environ.get(JOBS_VARIABLE, "2") or 2)
+    if jobs < 2 or getattr(env, "mystnb_config", None) is None:
+        return
+    cache = get_cache(env.mystnb_config.execution_cache_path)
+    todo = []
+    for docname in docnames:
+        found = notebook_to_execute(env, docname)
+        if found is None:
+            continue
+        try:
+            cache.match_cache_notebook(found[0])
+        except KeyError:
+            todo.append((docname, *found))
+    if len(todo) < 2:
+        return  # nothing to gain: MyST-NB runs it (if any) while Sphinx reads the page
+    code_size = {docname: sum(len(cell.source) for cell in notebook.cells
+                              if cell.cell_type == "code")
+                 for docname, notebook, *_ in todo}
+    todo.sort(key=lambda item: -code_size[item[0]])
+    jobs = min(jobs, len(todo))
+    LOGGER.info(f"executing {len(todo)} notebooks, {jobs} at a time, before reading them")
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork"),
+                             initializer=_one_thread_per_kernel) as pool:
+        futures = {}
+        for docname, notebook, path, nb_config, read_fmt in todo:
+            record = (cache.add_nb_to_project(str(path), read_data=read_fmt)
+                      if read_fmt is not None else cache.add_nb_to_project(str(path)))
+            NbProjectRecord.remove_tracebacks([record.pk], cache.db)
+            cwd = None if nb_config.execution_in_temp else str(path.parent)
+            future = pool.submit(_execute, nbformat.writes(notebook), cwd,
+                                 nb_config.execution_timeout, nb_config.execution_allow_errors)
+            futures[future] = (docname, record.uri)
+        for future in as_completed(futures):
+            docname, uri = futures[future]
+            try:
+                source, seconds, error = future.result()
+            except Exception as exc:  # a broken worker: leave the page to MyST-NB
+                source, seconds, error = None, 0.0, f"{type(exc).__name__}: {exc}"
+            if error is not None:
+                LOGGER.info(f"{docname}: execution failed ({error}); it runs again when "
+                            "Sphinx reads it, which reports the failing cell")
+                continue
+            cache.cache_notebook_bundle(
+                CacheBundleIn(nbformat.reads(source, as_version=4), uri,
+                              data={"execution_seconds": seconds}),
+                check_validity=False, overwrite=True)
+            LOGGER.info(f"{docname}: executed in {seconds:.1f} s and cached")
+    LOGGER.info(f"parallel execution took {time.perf_counter() - start:.1f} s")
+
+
 def setup(app):
     disable_thebe(app)
+    app.connect("env-before-read-docs", execute_in_parallel)
     app.connect("html-page-context", add_ipynb_download, priority=400)
     app.connect("html-page-context", fix_animations, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
