@@ -15,7 +15,7 @@ One head, D = 64, float32, T = S. For each T the script prints the best of
   torch's CPU allocator returns large blocks to the OS, so RSS tracks the live
   tensors; a fresh process keeps one measurement from inheriting another's peak.
 
-Targets at T = 8192 (DESIGN.md): flash peak memory <= 2 % of naive's, flash
+Budgets at T = 8192 (benchmarks/README.md): flash peak memory <= 2 % of naive's, flash
 time <= 1.2 x naive (NumPy) and <= 2 x ``F.scaled_dot_product_attention``
 (torch, CPU). Timings on a shared machine are noisy: compare ratios, rerun.
 """
