@@ -7,11 +7,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-lock
 
-.PHONY: book test venv bench clean help
+.PHONY: book test test-fast lint venv bench clean help
 
 help:
 	@echo "make book   build the website into _build/html (chapters executed, cached)"
 	@echo "make test   build the book, then run the whole test suite"
+	@echo "make test-fast  library and autograder-check tests only (no book, browser or grading runs)"
+	@echo "make lint   ruff check (rules and exclusions in pyproject.toml [tool.ruff])"
 	@echo "make bench  run the benchmark scripts and print their tables"
 	@echo "make clean  remove the build output (keeps .venv)"
 
@@ -28,6 +30,15 @@ book: $(STAMP)
 
 test: book
 	$(BIN)/python -m pytest
+
+# No book build, no browser, no end-to-end grading (the `slow` marker): under a minute and a half.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not browser" \
+		--ignore=tests/test_book.py --ignore=tests/test_site_browser.py \
+		--ignore=tests/test_grading_e2e.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
