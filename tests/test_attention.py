@@ -255,7 +255,8 @@ def test_bad_shapes_name_the_argument(backend, make):
         (lambda: sdpa(make((2, 4, 8)), make((2, 5, 8)), make((2, 5, 8)), make((4, 4), dtype=bool) if backend is ref
                       else make((4, 4), dtype=torch.bool)), "mask"),
         (lambda: sdpa(make((8,)), make((2, 8)), make((2, 8))), "q"),
-        (lambda: gqa(make((6, 4, 8)), make((4, 5, 8)), make((4, 5, 8))), "n_heads"),
+        (lambda: gqa(make((6, 4, 8)), make((4, 5, 8)), make((4, 5, 8))), "q heads"),
+        (lambda: gqa(make((2, 4, 4, 8)), make((1, 2, 5, 8)), make((1, 2, 5, 8))), "q and k"),
         (lambda: gqa(make((4, 4, 8)), make((2, 5, 8)), make((1, 5, 8))), "k and v"),
         (lambda: backend.repeat_kv(make((2, 3, 4)), 0), "n_rep"),
         (lambda: backend.repeat_kv(make((3, 4)), 2), "x"),

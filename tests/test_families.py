@@ -62,13 +62,13 @@ def test_cross_attention_backends_agree_and_ignore_padded_memory(T, S, kv):
 
 def test_cross_attention_validation():
     p = ref.init_block_params(8, 2)
-    with pytest.raises(ValueError, match="memory"):
+    with pytest.raises(ValueError, match="^memory"):
         ref.cross_attention(np.zeros((1, 3, 8)), np.zeros((1, 3, 4)), p, 2)
-    with pytest.raises(ValueError, match="memory"):
+    with pytest.raises(ValueError, match="^memory"):
         tref.cross_attention(torch.zeros(1, 3, 8), torch.zeros(3), p, 2)
-    with pytest.raises(ValueError, match="x"):
+    with pytest.raises(ValueError, match="^x"):
         tref.cross_attention(torch.zeros(8), torch.zeros(1, 3, 8), p, 2)
-    with pytest.raises(ValueError, match="wk"):
+    with pytest.raises(ValueError, match="^params is missing the key 'wk'"):
         ref.cross_attention(np.zeros((1, 3, 8)), np.zeros((1, 3, 8)), {"wq": p["wq"]}, 2)
 
 
@@ -249,24 +249,24 @@ def test_encoder_decoder_learns_to_reverse():
 
 def test_model_validation():
     model = tref.DecoderOnlyModel(10, 16, 1, 4, 8)
-    with pytest.raises(ValueError, match="tokens"):
+    with pytest.raises(ValueError, match="^tokens"):
         model(torch.zeros(2, 9, dtype=torch.long))  # longer than max_len
-    with pytest.raises(ValueError, match="tokens"):
+    with pytest.raises(ValueError, match="^tokens"):
         model(torch.zeros(2, 3))  # float ids
-    with pytest.raises(ValueError, match="prompt"):
+    with pytest.raises(ValueError, match="^prompt"):
         model.generate(torch.zeros(1, 5, dtype=torch.long), 4)  # 9 > max_len
-    with pytest.raises(ValueError, match="max_new_tokens"):
+    with pytest.raises(ValueError, match="^max_new_tokens"):
         model.generate(torch.zeros(1, 2, dtype=torch.long), -1)
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(ValueError, match="^temperature"):
         model.generate(torch.zeros(1, 2, dtype=torch.long), 2, greedy=False, temperature=0.0)
-    with pytest.raises(ValueError, match="n_classes"):
+    with pytest.raises(ValueError, match="^n_classes"):
         tref.EncoderOnlyModel(10, 16, 1, 4, 8, n_classes=0)
-    with pytest.raises(ValueError, match="vocab_size"):
+    with pytest.raises(ValueError, match="^vocab_size"):
         tref.DecoderOnlyModel(0, 16, 1, 4, 8)
-    with pytest.raises(ValueError, match="d_model"):
+    with pytest.raises(ValueError, match="^d_model"):
         tref.DecoderOnlyModel(10, 18, 1, 4, 8)
     seq2seq = tref.EncoderDecoderModel(5, 5, 8, 1, 2, 4)
-    with pytest.raises(ValueError, match="src"):
+    with pytest.raises(ValueError, match="^src"):
         seq2seq(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long))
-    with pytest.raises(ValueError, match="max_new_tokens"):
+    with pytest.raises(ValueError, match="^max_new_tokens"):
         seq2seq.generate(torch.zeros(1, 3, dtype=torch.long), 0, 4)

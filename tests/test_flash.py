@@ -357,9 +357,9 @@ def test_bad_input_names_the_argument(backend):
     cases = [
         (lambda: backend.flash_attention(q, k, v, block_q=0), "block_q"),
         (lambda: backend.flash_attention(q, k, v, block_k=2.5), "block_k"),
-        (lambda: backend.flash_attention(q, k[..., :3], v), "k"),  # head dim differs from q's
-        (lambda: backend.flash_attention(q, k, v[..., :5, :]), "v"),  # S differs from k's
-        (lambda: backend.flash_attention(q[:, :3], k, v), "H_kv"),  # 3 query heads, 2 KV heads
+        (lambda: backend.flash_attention(q, k[..., :3], v), "q and k"),  # head dim differs from q's
+        (lambda: backend.flash_attention(q, k, v[..., :5, :]), "k and v"),  # S differs from k's
+        (lambda: backend.flash_attention(q[:, :3], k, v), "q heads"),  # 3 query heads, 2 KV heads
         (lambda: backend.flash_attention(q, k, v, scale=float("nan")), "scale"),
         (lambda: backend.flash_attention(q[0, 0], k, v), "q"),  # fewer than 3 dims
         (lambda: backend.sliding_window_attention(q, k, v, 0), "window"),
@@ -367,5 +367,5 @@ def test_bad_input_names_the_argument(backend):
         (lambda: backend.sliding_window_attention(q, k[..., :4, :], v[..., :4, :], 3), "k"),  # S < T
     ]
     for call, name in cases:
-        with pytest.raises(ValueError, match=name):
+        with pytest.raises(ValueError, match=f"^{name}"):
             call()

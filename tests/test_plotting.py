@@ -24,6 +24,6 @@ def test_frames_html_embeds_every_frame_once():
 
 def test_frames_html_rejects_empty_labs():
     fig = plt.figure()
-    with pytest.raises(ValueError, match="frames"):
+    with pytest.raises(ValueError, match="^frames"):
         frames_html(fig, lambda i: None, 0)
     plt.close(fig)

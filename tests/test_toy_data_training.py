@@ -32,7 +32,7 @@ def test_majority_batch_is_seeded_and_consistent():
     x, y = a
     assert set(x.unique().tolist()) <= {0, 1}
     assert torch.equal(y, (x.sum(1) > 3).long())
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError, match="^batch_size"):
         majority_batch(0)
 
 

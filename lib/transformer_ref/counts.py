@@ -12,7 +12,7 @@ Notation: ``C = d_model``, ``H`` query heads, ``H_kv`` key/value heads,
 ``V`` the vocabulary, ``T`` queries, ``S`` keys, ``B`` batch size.
 """
 
-from ._checks import check_choice, check_divisible, check_int
+from ._checks import NORM_TYPES, check_choice, check_divisible, check_flag, check_int
 
 __all__ = [
     "default_d_ff",
@@ -25,7 +25,6 @@ __all__ = [
 ]
 
 FFN_TYPES = ("gelu", "swiglu")
-NORM_TYPES = ("layernorm", "rmsnorm")
 
 
 def default_d_ff(d_model, ffn="gelu", multiple_of=256):
@@ -48,13 +47,6 @@ def default_d_ff(d_model, ffn="gelu", multiple_of=256):
         return 4 * d_model
     hidden = int(2 * (4 * d_model) / 3)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
-
-
-def _check_flag(name, value):
-    """Require a real boolean: ``bias="no"`` would otherwise count as True."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
 
 
 def _block_dims(d_model, n_heads, d_ff, n_kv_heads, ffn, norm):
@@ -86,7 +78,7 @@ def block_param_shapes(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=Tru
       ``ffn="swiglu"``: ``w1 (C, F)`` gate, ``b1``, ``w3 (C, F)`` up, ``b3``, ``w2 (F, C)`` down, ``b2``.
     """
     C, H, H_kv, D, F = _block_dims(d_model, n_heads, d_ff, n_kv_heads, ffn, norm)
-    bias, cross_attention = _check_flag("bias", bias), _check_flag("cross_attention", cross_attention)
+    bias, cross_attention = check_flag("bias", bias), check_flag("cross_attention", cross_attention)
 
     def norm_shapes(name):
         shapes = {f"{name}_weight": (C,)}
@@ -139,8 +131,8 @@ def block_param_count(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True
     ``d_ff=None`` means :func:`default_d_ff`.
     """
     C, H, H_kv, D, F = _block_dims(d_model, n_heads, d_ff, n_kv_heads, ffn, norm)
-    b = 1 if _check_flag("bias", bias) else 0
-    _check_flag("cross_attention", cross_attention)
+    b = 1 if check_flag("bias", bias) else 0
+    check_flag("cross_attention", cross_attention)
     attention = 2 * C * C + 2 * C * (H_kv * D) + b * (2 * C + 2 * H_kv * D)
     if ffn == "gelu":
         feed_forward = 2 * C * F + b * (F + C)
@@ -178,7 +170,7 @@ def model_param_count(vocab_size, d_model, n_layers, n_heads, d_ff=None, *, n_kv
                               norm=norm)
     positions = 0 if max_positions is None else check_int("max_positions", max_positions, minimum=1)
     final_norm = 2 * d_model if (norm == "layernorm" and bias) else d_model
-    head = 0 if _check_flag("tied_embeddings", tied_embeddings) else vocab_size * d_model
+    head = 0 if check_flag("tied_embeddings", tied_embeddings) else vocab_size * d_model
     return vocab_size * d_model + positions * d_model + n_layers * block + final_norm + head
 
 
@@ -242,4 +234,4 @@ def attention_flops(T, S=None, head_dim=64, *, n_heads=1, batch_size=1, causal=F
     """
     T, S, n_heads, batch_size = _attention_sizes(T, S, n_heads, batch_size)
     head_dim = check_int("head_dim", head_dim, minimum=1)
-    return 4 * batch_size * n_heads * _attended_pairs(T, S, _check_flag("causal", causal)) * head_dim
+    return 4 * batch_size * n_heads * _attended_pairs(T, S, check_flag("causal", causal)) * head_dim

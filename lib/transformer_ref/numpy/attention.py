@@ -5,11 +5,9 @@ Shapes: queries ``q (..., H, T, D)``, keys ``k (..., H, S, D)``, values
 (True = may attend) or additive floats, broadcastable to the scores.
 """
 
-import math
-
 import numpy as np
 
-from .._checks import check_divisible, check_int, check_mask_shape, check_ndim, check_positive_float, check_same_dim
+from .._checks import check_axis, check_int, check_mask, check_ndim, check_qkv, check_scale
 
 __all__ = ["softmax", "scaled_dot_product_attention", "repeat_kv", "grouped_query_attention"]
 
@@ -23,6 +21,7 @@ def softmax(x, axis=-1):
     nothing) returns zeros instead of ``0/0 = NaN``. Same shape as ``x``.
     """
     x = np.asarray(x)
+    axis = check_axis(axis, x.shape)
     if x.size == 0:  # e.g. no keys at all: nothing to normalise (np.max would raise)
         return np.exp(x)
     m = np.max(x, axis=axis, keepdims=True)
@@ -30,37 +29,6 @@ def softmax(x, axis=-1):
     e = np.exp(x - m)
     total = np.sum(e, axis=axis, keepdims=True)
     return e / np.where(total == 0, 1.0, total)
-
-
-def _check_qkv(q, k, v):
-    """Validate ``q (..., H, T, D)``, ``k (..., H, S, D)``, ``v (..., H, S, Dv)``."""
-    check_ndim("q", q, 2)
-    check_ndim("k", k, 2)
-    check_ndim("v", v, 2)
-    check_same_dim("q", q.shape[-1], "k", k.shape[-1], "head size (last dimension)")
-    check_same_dim("k", k.shape[-2], "v", v.shape[-2], "number of keys (dimension -2)")
-    check_same_dim("k", k.shape[:-2], "v", v.shape[:-2], "leading (batch, head) dimensions")
-    try:
-        np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except ValueError:
-        raise ValueError(f"q and k leading (batch, head) dimensions do not broadcast: {q.shape} vs {k.shape}") from None
-
-
-def _check_scale(scale, head_dim):
-    """``1 / sqrt(head_dim)`` if ``scale`` is None, else ``scale`` as a finite float."""
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    return check_positive_float("scale", scale, minimum=-math.inf)
-
-
-def _check_mask(mask, score_shape):
-    """Require a boolean or floating ``mask`` that broadcasts to ``score_shape``.
-
-    An integer 0/1 mask is rejected: adding it to the scores would silently mean
-    "additive", not "keep where 1"."""
-    check_mask_shape("mask", mask.shape, score_shape)
-    if mask.dtype.kind not in "bf":
-        raise ValueError(f"mask must be boolean (True = may attend) or floating (additive), got dtype {mask.dtype}")
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weights=False):
@@ -75,12 +43,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weigh
     gets zero weights and a zero output.
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    _check_qkv(q, k, v)
-    scale = _check_scale(scale, q.shape[-1])
+    check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
     scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., H, T, S)
     if mask is not None:
         mask = np.asarray(mask)
-        _check_mask(mask, scores.shape)
+        check_mask(mask, scores.shape)
         if mask.dtype == np.bool_:
             scores = np.where(mask, scores, -np.inf)
         else:
@@ -113,9 +81,5 @@ def grouped_query_attention(q, k, v, mask=None, *, scale=None):
     :func:`scaled_dot_product_attention`. Returns ``(..., H_q, T, Dv)``.
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    check_ndim("q", q, 3)
-    check_ndim("k", k, 3)
-    check_ndim("v", v, 3)
-    check_same_dim("k", k.shape[-3], "v", v.shape[-3], "number of KV heads")
-    n_rep = check_divisible("n_heads of q", q.shape[-3], "n_kv_heads of k", k.shape[-3])
+    n_rep = check_qkv(q, k, v, grouped=True).group
     return scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, scale=scale)

@@ -20,8 +20,9 @@ import math
 
 import numpy as np
 
-from .._checks import check_choice, check_divisible, check_int, check_ndim, check_positive_float
-from ..counts import NORM_TYPES, block_param_shapes
+from .._checks import (ACTIVATIONS, check_choice, check_divisible, check_int, check_memory, check_ndim,
+                       check_norm_eps, check_positive_float, check_vector, cross_attention_params)
+from ..counts import block_param_shapes
 from .attention import grouped_query_attention
 from .rope import apply_rope
 
@@ -36,16 +37,7 @@ __all__ = [
     "init_block_params",
 ]
 
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
-DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}
-
 _erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is correctly rounded-ish (< 1 ulp)
-
-
-def _check_vector(name, array, size):
-    """Require a norm gain/bias of shape ``(size,)`` (a bigger array would silently broadcast)."""
-    if tuple(array.shape) != (size,):
-        raise ValueError(f"{name} must have shape ({size},), the last dimension of x, got {tuple(array.shape)}")
 
 
 def _param(params, key, shape=None):
@@ -80,13 +72,13 @@ def layer_norm(x, weight, bias, eps=1e-5):
     check_ndim("x", x, 1)
     eps = check_positive_float("eps", eps)
     weight = np.asarray(weight)
-    _check_vector("weight", weight, x.shape[-1])
+    check_vector("weight", weight.shape, x.shape[-1])
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     y = (x - mean) / np.sqrt(var + eps) * weight
     if bias is not None:
         bias = np.asarray(bias)
-        _check_vector("bias", bias, x.shape[-1])
+        check_vector("bias", bias.shape, x.shape[-1])
         y = y + bias
     return y
 
@@ -102,7 +94,7 @@ def rms_norm(x, weight, eps=1e-6):
     check_ndim("x", x, 1)
     eps = check_positive_float("eps", eps)
     weight = np.asarray(weight)
-    _check_vector("weight", weight, x.shape[-1])
+    check_vector("weight", weight.shape, x.shape[-1])
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * weight
 
 
@@ -171,7 +163,7 @@ def _merge_heads(x):
 def _attention_heads(params, n_heads, n_kv_heads, d_model):
     """Validate the head counts against ``wq`` / ``wk``; return ``(H_kv, D)``."""
     n_heads = check_int("n_heads", n_heads, minimum=1)
-    head_dim = check_divisible("d_model", d_model, "n_heads", n_heads)
+    head_dim = check_divisible("x.shape[-1]", d_model, "n_heads", n_heads)
     kv_width = _param(params, "wk").shape[-1]
     if n_kv_heads is None:  # infer from wk: (C, H_kv * D)
         n_kv_heads = kv_width // head_dim
@@ -184,10 +176,11 @@ def _attention_heads(params, n_heads, n_kv_heads, d_model):
     return n_kv_heads, head_dim
 
 
-def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=None):
+def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=None, cache=None, layer_idx=0):
     """Queries from ``x (..., T, C)``, keys/values from ``source (..., S, C)``.
 
-    With ``rope`` (self-attention only) queries and keys are rotated at ``positions``."""
+    With ``rope`` (self-attention only) queries and keys are rotated at ``positions``;
+    with a ``cache`` this step's keys/values are appended and all cached ones attended to."""
     n_kv_heads, _ = _attention_heads(params, n_heads, n_kv_heads, x.shape[-1])
     q = _split_heads(_linear(x, params, "wq", "bq"), n_heads)  # (..., H, T, D)
     k = _split_heads(_linear(source, params, "wk", "bk"), n_kv_heads)  # (..., H_kv, S, D)
@@ -199,32 +192,44 @@ def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=N
             positions = positions[..., None, :]
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
+    if cache is not None:
+        k, v = cache.update(layer_idx, k, v)  # (B, H_kv, S_cached, D)
     out = grouped_query_attention(q, k, v, mask)  # (..., H, T, D)
     return _linear(_merge_heads(out), params, "wo", "bo")
 
 
-def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=None, *, positions=None):
-    """Multi-head self-attention with optional GQA/MQA and RoPE.
+def _default_positions(x, cache, layer_idx):
+    """``offset + arange(T)``; the offset is what the cache holds for this layer (0 without a cache)."""
+    offset = 0 if cache is None else cache.length(layer_idx)
+    return np.arange(offset, offset + x.shape[-2])
+
+
+def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=None, *, positions=None,
+                         cache=None, layer_idx=0):
+    """Multi-head self-attention with optional GQA/MQA, RoPE and a KV cache.
 
     ``x (..., T, C)``; ``params`` holds ``wq (C, H*D)``, ``wk, wv (C, H_kv*D)``,
     ``wo (H*D, C)`` and optional biases ``bq, bk, bv, bo``.  ``n_kv_heads=None`` reads
     ``H_kv`` off ``wk``.  ``mask`` is boolean (True = may attend), broadcastable to the
-    scores ``(..., H, T, T)`` (e.g. ``causal_mask(T)`` or ``padding_mask(lengths, T)``).
+    scores ``(..., H, T, S)`` (e.g. ``causal_mask(T)`` or ``padding_mask(lengths, T)``).
     ``rope``: ``None`` (no rotation), ``True`` (``rope_inv_freq(D)``, base 10000) or an
     ``inv_freq`` array ``(D/2,)``; queries and keys are rotated at ``positions``:
-    ``(T,)`` (default ``arange(T)``) or ``(..., T)`` in ``x``'s layout, e.g. ``(B, T)``
-    for per-sequence offsets::
+    ``(T,)`` (default ``arange(T)``, offset by what the cache holds for ``layer_idx``) or
+    ``(..., T)`` in ``x``'s layout, e.g. ``(B, T)`` for per-sequence offsets::
 
         Q = x wq + bq,  K = x wk + bk,  V = x wv + bv          split into heads
         out = concat_h softmax(Q_h K_{g(h)}^T / sqrt(D)) V_{g(h)} @ wo + bo,  g(h) = h // (H / H_kv)
 
-    Returns ``(..., T, C)``.
+    With ``cache`` (a :class:`KVCache`, ``x`` of shape ``(B, T, C)``) the rotated keys and
+    values are appended to layer ``layer_idx`` and the queries attend to all
+    ``S = cache.length(layer_idx)`` cached positions; pass the bottom-right
+    ``causal_mask(T, S)`` for a multi-token step.  Returns ``(..., T, C)``.
     """
     x = np.asarray(x)
     check_ndim("x", x, 2)
     if positions is None:
-        positions = np.arange(x.shape[-2])
-    return _attend(x, x, params, n_heads, n_kv_heads, mask, rope, positions)
+        positions = _default_positions(x, cache, layer_idx)
+    return _attend(x, x, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
 
 
 def _norm(x, params, name, norm, eps):
@@ -233,19 +238,15 @@ def _norm(x, params, name, norm, eps):
     return layer_norm(x, _param(params, f"{name}_weight"), params.get(f"{name}_bias"), eps)
 
 
-def _prefixed(params, prefix):
-    return {key[len(prefix):]: value for key, value in params.items() if key.startswith(prefix)}
-
-
 def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_kv_heads=None,
                       norm="layernorm", rope=None, positions=None, memory=None, memory_mask=None,
-                      eps=None, activation="gelu"):
+                      eps=None, activation="gelu", cache=None, layer_idx=0):
     """One transformer block, pre-norm (default) or post-norm.
 
     ``x (..., T, C)``; ``params`` as from :func:`init_block_params`.  Sublayers:
-    self-attention (``mask``, ``n_kv_heads``, ``rope``, ``positions`` as in
-    :func:`multi_head_attention`), then, when ``memory (..., S, C)`` is given,
-    cross-attention to it (keys ``cross_*``, norm ``ln3``; ``memory_mask``
+    self-attention (``mask``, ``n_kv_heads``, ``rope``, ``positions``, ``cache``,
+    ``layer_idx`` as in :func:`multi_head_attention`), then, when ``memory (..., S, C)``
+    is given, cross-attention to it (keys ``cross_*``, norm ``ln3``; ``memory_mask``
     broadcastable to ``(..., H, T, S)``), then the FFN (SwiGLU if ``w3`` is in
     ``params``, else :func:`feed_forward` with ``activation``)::
 
@@ -258,29 +259,21 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
     x = np.asarray(x)
     check_ndim("x", x, 2)
     check_choice("norm_position", norm_position, ("pre", "post"))
-    check_choice("norm", norm, NORM_TYPES)
-    eps = DEFAULT_EPS[norm] if eps is None else eps
-    if memory is not None and "cross_wq" not in params:
-        raise ValueError("memory was given but params has no cross-attention keys (cross_wq, ...): "
-                         "use init_block_params(..., cross_attention=True)")
+    eps = check_norm_eps(norm, eps)
+    cross_params = cross_attention_params(params, memory)
     if positions is None:
-        positions = np.arange(x.shape[-2])
+        positions = _default_positions(x, cache, layer_idx)
 
     def self_attention(h):
-        return _attend(h, h, params, n_heads, n_kv_heads, mask, rope, positions)
+        return _attend(h, h, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
 
     def cross(h):
-        return _cross_attention(h, memory, _prefixed(params, "cross_"), n_heads, memory_mask)
+        return _cross_attention(h, memory, cross_params, n_heads, memory_mask)
 
     def ffn(h):
-        if "w3" in params:
-            return swiglu_feed_forward(h, params)
-        return feed_forward(h, params, activation)
+        return swiglu_feed_forward(h, params) if "w3" in params else feed_forward(h, params, activation)
 
-    sublayers = [("ln1", self_attention)]
-    if memory is not None:
-        sublayers.append(("ln3", cross))
-    sublayers.append(("ln2", ffn))
+    sublayers = [("ln1", self_attention)] + ([("ln3", cross)] if memory is not None else []) + [("ln2", ffn)]
     for name, sublayer in sublayers:
         if norm_position == "pre":
             x = x + sublayer(_norm(x, params, name, norm, eps))
@@ -293,10 +286,7 @@ def _cross_attention(x, memory, params, n_heads, memory_mask=None):
     """Queries from ``x (..., T, C)``, keys and values from ``memory (..., S, C)``
     (the body of :func:`transformer_ref.numpy.cross_attention`, used by the block)."""
     memory = np.asarray(memory)
-    check_ndim("memory", memory, 2)
-    if memory.shape[-1] != x.shape[-1]:
-        raise ValueError(f"memory must have the model width {x.shape[-1]} as last dimension, "
-                         f"got shape {memory.shape}")
+    check_memory(memory, x.shape[-1])
     return _attend(x, memory, params, n_heads, None, memory_mask)
 
 

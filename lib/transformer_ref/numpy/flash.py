@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from .._checks import check_divisible, check_int, check_ndim, check_same_dim
+from .._checks import check_qkv, check_scale, check_tile, check_window
 from .attention import scaled_dot_product_attention
 from .masks import sliding_window_mask
 
@@ -38,49 +38,6 @@ DEFAULT_BLOCK_Q = 256
 DEFAULT_BLOCK_K = 1024
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
 DEFAULT_WINDOW_BLOCK = 128
-
-
-def _attention_shapes(q, k, v):
-    """Validate (..., H, T, D) / (..., H_kv, S, D) / (..., H_kv, S, Dv); return sizes."""
-    check_ndim("q", q, 3)
-    check_ndim("k", k, 3)
-    check_ndim("v", v, 3)
-    *batch, H, T, D = q.shape
-    *kbatch, H_kv, S, Dk = k.shape
-    *vbatch, H_v, S_v, Dv = v.shape
-    check_same_dim("q", tuple(batch), "k", tuple(kbatch), "batch dimensions")
-    check_same_dim("k", tuple(kbatch), "v", tuple(vbatch), "batch dimensions")
-    check_same_dim("q", D, "k", Dk, "head dimension D")
-    check_same_dim("k", H_kv, "v", H_v, "number of KV heads")
-    check_same_dim("k", S, "v", S_v, "number of keys S")
-    if H_kv < 1:
-        raise ValueError(f"k must have at least one head, got shape {tuple(k.shape)}")
-    group = check_divisible("q heads (H)", H, "k heads (H_kv)", H_kv)
-    return tuple(batch), H, H_kv, group, T, S, D, Dv
-
-
-def _window_shapes(q, k, v, window):
-    """Validate sliding-window arguments (``window >= 1``, ``S >= T``); return window and sizes."""
-    window = check_int("window", window, minimum=1)
-    sizes = _attention_shapes(q, k, v)
-    T, S = sizes[4], sizes[5]
-    if S < T:
-        raise ValueError(f"k must hold at least as many keys as q has queries (S >= T), got S={S}, T={T}")
-    return window, sizes
-
-
-def _scale(scale, D):
-    if scale is None:
-        return 1.0 / math.sqrt(D)
-    if isinstance(scale, bool) or not np.isscalar(scale) or not np.isfinite(scale):
-        raise ValueError(f"scale must be a finite real number, got {scale!r}")
-    return float(scale)
-
-
-def _block(name, value, default, length):
-    """A tile size: ``default`` when None, never larger than the axis it tiles."""
-    size = default if value is None else check_int(name, value, minimum=1)
-    return max(1, min(size, length))
 
 
 def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=None, return_lse=False):
@@ -115,10 +72,10 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
     clipped to T and S.
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    batch, H, H_kv, group, T, S, D, Dv = _attention_shapes(q, k, v)
-    scale = _scale(scale, D)
-    bq = _block("block_q", block_q, DEFAULT_BLOCK_Q, T)
-    bk = _block("block_k", block_k, DEFAULT_BLOCK_K, S)
+    batch, H, H_kv, group, T, S, D, Dv = check_qkv(q, k, v, grouped=True)
+    scale = check_scale(scale, D)
+    bq = check_tile("block_q", block_q, DEFAULT_BLOCK_Q, T)
+    bk = check_tile("block_k", block_k, DEFAULT_BLOCK_K, S)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
 
     # Fold batch dims into one axis and the query heads of a GQA group next to
@@ -192,9 +149,10 @@ def sliding_window_attention(q, k, v, window, *, block=None, scale=None):
     ``scale`` defaults to ``1 / sqrt(D)``.
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    window, (batch, H, H_kv, group, T, S, D, Dv) = _window_shapes(q, k, v, window)
-    scale = _scale(scale, D)
-    bq = _block("block", block, DEFAULT_WINDOW_BLOCK, T)
+    batch, H, H_kv, group, T, S, D, Dv = check_qkv(q, k, v, grouped=True)
+    window = check_window(window, T, S)
+    scale = check_scale(scale, D)
+    bq = check_tile("block", block, DEFAULT_WINDOW_BLOCK, T)
     dtype = np.result_type(q.dtype, k.dtype, v.dtype, np.float32)
     # GQA: (B, H_kv, G, T, D) queries against (B, H_kv, 1, S, D) keys (broadcast, no copy)
     B = math.prod(batch)

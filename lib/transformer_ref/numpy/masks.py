@@ -12,7 +12,7 @@ attention turns into zero outputs), as in ``torch.nn.attention.bias.causal_lower
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_boolean, check_int, check_lengths
 
 __all__ = ["causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask"]
 
@@ -70,10 +70,7 @@ def padding_mask(lengths, S):
     """
     lengths = np.asarray(lengths)
     S = check_int("S", S, minimum=0)
-    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
-        raise ValueError(f"lengths must be a 1-D integer array (B,), got shape {lengths.shape} dtype {lengths.dtype}")
-    if np.any(lengths < 0) or np.any(lengths > S):
-        raise ValueError(f"lengths must lie in [0, S={S}], got {lengths.tolist()}")
+    check_lengths(lengths, S)
     return (np.arange(S)[None, :] < lengths[:, None])[:, None, None, :]
 
 
@@ -84,6 +81,5 @@ def additive_mask(mask):
     mask. Returns float64 of ``mask``'s shape.
     """
     mask = np.asarray(mask)
-    if mask.dtype != np.bool_:
-        raise ValueError(f"mask must be boolean, got dtype {mask.dtype}")
+    check_boolean("mask", mask)
     return np.where(mask, 0.0, -np.inf)

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from .._checks import check_even, check_int, check_ndim, check_positive_float
+from .._checks import check_broadcasts_to, check_even, check_int, check_ndim, check_positive_float
 
 __all__ = [
     "rope_inv_freq",
@@ -53,7 +53,8 @@ def _check_base(base):
     return check_positive_float("base", base, minimum=1.0, allow_equal=False)
 
 
-def _check_scale(scale):
+def _check_rope_scale(scale):
+    # the context is stretched, never shrunk
     return check_positive_float("scale", scale, minimum=1.0)
 
 
@@ -80,7 +81,7 @@ def pi_inv_freq(head_dim, base, scale):
     turns ``scale`` times slower, which is the same as feeding positions
     ``m / scale``. ``scale >= 1`` (1 gives plain RoPE).
     """
-    scale = _check_scale(scale)
+    scale = _check_rope_scale(scale)
     return rope_inv_freq(head_dim, base) / scale
 
 
@@ -108,7 +109,7 @@ def ntk_inv_freq(head_dim, base, scale):
     """
     head_dim = check_even("head_dim", head_dim, " for RoPE")
     base = _check_base(base)
-    scale = _check_scale(scale)
+    scale = _check_rope_scale(scale)
     return rope_inv_freq(head_dim, _ntk_base(head_dim, base, scale))
 
 
@@ -126,7 +127,7 @@ def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len):
     """
     head_dim = check_even("head_dim", head_dim, " for RoPE")
     base = _check_base(base)
-    scale = _check_scale(scale)
+    scale = _check_rope_scale(scale)
     seq_len = check_int("seq_len", seq_len, minimum=0)
     original_max_len = check_int("original_max_len", original_max_len, minimum=1)
     if seq_len <= original_max_len:
@@ -178,7 +179,7 @@ def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_sl
     """
     head_dim = check_even("head_dim", head_dim, " for RoPE")
     base = _check_base(base)
-    scale = _check_scale(scale)
+    scale = _check_rope_scale(scale)
     original_max_len = check_int("original_max_len", original_max_len, minimum=1)
     beta_fast = check_positive_float("beta_fast", beta_fast)
     beta_slow = check_positive_float("beta_slow", beta_slow)
@@ -227,18 +228,6 @@ def rope_rotation_matrix(position, inv_freq):
     return R
 
 
-def _check_positions(pos_shape, x_shape):
-    """Require ``positions`` to broadcast to ``x.shape[:-1]`` (without growing it)."""
-    try:
-        ok = np.broadcast_shapes(tuple(pos_shape), tuple(x_shape[:-1])) == tuple(x_shape[:-1])
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"positions of shape {tuple(pos_shape)} do not broadcast to x.shape[:-1] = {tuple(x_shape[:-1])}"
-        )
-
-
 def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
     """Rotate the last dimension of ``x`` by RoPE.
 
@@ -264,7 +253,7 @@ def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
     if inv_freq.shape != (D // 2,):
         raise ValueError(f"inv_freq must have shape ({D // 2},) for head size {D}, got {inv_freq.shape}")
     positions = np.asarray(positions)
-    _check_positions(positions.shape, shape)
+    check_broadcasts_to("positions", positions.shape, shape[:-1], "x.shape[:-1] =")
     angles = rope_angles(positions, inv_freq)  # (..., T, D/2)
     cos, sin = np.cos(angles), np.sin(angles)
     dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64

@@ -6,12 +6,9 @@ the softmax statistics (max and sum) and the weighted sum are computed in
 float32 and the result is cast back to the input dtype.
 """
 
-import numbers
-
 import torch
 
-from .._checks import check_divisible, check_int, check_mask_shape, check_ndim, check_same_dim
-from ..numpy.attention import _check_qkv, _check_scale
+from .._checks import check_axis, check_int, check_mask, check_ndim, check_qkv, check_scale
 
 __all__ = ["softmax", "scaled_dot_product_attention", "repeat_kv", "grouped_query_attention"]
 
@@ -24,6 +21,14 @@ def _check_tensor(name, x, minimum=0):
         raise ValueError(f"{name} must be a torch.Tensor (use transformer_ref.numpy for arrays), "
                          f"got {type(x).__name__}")
     return check_ndim(name, x, minimum)
+
+
+def _check_tensors(q, k, v):
+    """q, k and v are tensors on one device (their shapes are checked by :func:`check_qkv`)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, x)
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"k and v must be on q's device {q.device}, got {k.device} and {v.device}")
 
 
 def _compute_dtype(dtype):
@@ -42,9 +47,7 @@ def softmax(x, axis=-1):
     ``softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m)``, ``m = max_k x_k``.
     fp16/bf16 inputs are reduced in float32; the result has ``x``'s dtype.
     """
-    _check_tensor("x", x)
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis must be an integer in [-{x.ndim}, {x.ndim}) for x of shape {tuple(x.shape)}, got {axis!r}")
+    axis = check_axis(axis, _check_tensor("x", x))
     if x.shape[axis] == 0:  # nothing to normalise over (no keys)
         return x.clone()
     xc = x.to(_compute_dtype(x.dtype))
@@ -64,17 +67,14 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weigh
     Returns ``out (..., H, T, Dv)`` (``q``'s dtype), or ``(out, weights)`` with
     weights ``(..., H, T, S)`` if ``return_weights``. Fully masked rows give zeros.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, t)
-    _check_qkv(q, k, v)
-    scale = _check_scale(scale, q.shape[-1])
+    _check_tensors(q, k, v)
+    check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
     dtype = _compute_dtype(q.dtype)
     scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale  # (..., H, T, S)
     if mask is not None:
         mask = torch.as_tensor(mask, device=scores.device)
-        if mask.dtype != torch.bool and not mask.is_floating_point():
-            raise ValueError(f"mask must be boolean (True = may attend) or floating (additive), got dtype {mask.dtype}")
-        check_mask_shape("mask", mask.shape, scores.shape)
+        check_mask(mask, scores.shape)
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
@@ -99,9 +99,6 @@ def grouped_query_attention(q, k, v, mask=None, *, scale=None):
     Returns ``(..., H_q, T, Dv)``; mask and scale as in
     :func:`scaled_dot_product_attention`.
     """
-    _check_tensor("q", q, 3)
-    _check_tensor("k", k, 3)
-    _check_tensor("v", v, 3)
-    check_same_dim("k", k.shape[-3], "v", v.shape[-3], "number of KV heads")
-    n_rep = check_divisible("n_heads of q", q.shape[-3], "n_kv_heads of k", k.shape[-3])
+    _check_tensors(q, k, v)
+    n_rep = check_qkv(q, k, v, grouped=True).group
     return scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, scale=scale)

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_choice, check_divisible, check_int, check_positive_float
-from ..counts import NORM_TYPES
-from ..numpy import block as _np_block
+from .. import numpy as _numpy_backend
+from .._checks import (ACTIVATIONS, check_choice, check_divisible, check_int, check_memory, check_norm_eps,
+                       check_positive_float, check_vector, cross_attention_params)
 from .attention import _check_tensor, _compute_dtype, _result_dtype, grouped_query_attention
 from .rope import apply_rope
 
@@ -39,8 +39,6 @@ __all__ = [
 def _tensor(value, like):
     """``value`` (tensor or array) as a tensor on ``like``'s device with ``like``'s dtype."""
     return torch.as_tensor(value).to(device=like.device, dtype=like.dtype)
-
-
 
 
 def _param(params, key, like, shape=None):
@@ -73,13 +71,13 @@ def layer_norm(x, weight, bias, eps=1e-5):
     eps = check_positive_float("eps", eps)
     xc = x.to(_compute_dtype(x.dtype))  # fp16/bf16: statistics in float32 ((x - mean)^2 overflows fp16)
     weight = _tensor(weight, xc)
-    _np_block._check_vector("weight", weight, x.shape[-1])
+    check_vector("weight", weight.shape, x.shape[-1])
     mean = xc.mean(dim=-1, keepdim=True)
     var = ((xc - mean) ** 2).mean(dim=-1, keepdim=True)
     y = (xc - mean) / torch.sqrt(var + eps) * weight
     if bias is not None:
         bias = _tensor(bias, xc)
-        _np_block._check_vector("bias", bias, x.shape[-1])
+        check_vector("bias", bias.shape, x.shape[-1])
         y = y + bias
     return y.to(_result_dtype(x))
 
@@ -90,7 +88,7 @@ def rms_norm(x, weight, eps=1e-6):
     eps = check_positive_float("eps", eps)
     xc = x.to(_compute_dtype(x.dtype))  # fp16/bf16: mean(x^2) in float32 (x^2 overflows fp16 beyond 256)
     weight = _tensor(weight, xc)
-    _np_block._check_vector("weight", weight, x.shape[-1])
+    check_vector("weight", weight.shape, x.shape[-1])
     return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight).to(_result_dtype(x))
 
 
@@ -105,7 +103,7 @@ def gelu(x, approximate="none"):
 
 
 def _activation(x, activation):
-    check_choice("activation", activation, _np_block.ACTIVATIONS)
+    check_choice("activation", activation, ACTIVATIONS)
     if activation == "relu":
         return torch.relu(x)
     return gelu(x, "tanh" if activation == "gelu_tanh" else "none")
@@ -141,7 +139,7 @@ def _attention_heads(params, n_heads, n_kv_heads, like):
     """Validate the head counts against ``wq`` / ``wk``; return ``(H_kv, D)``."""
     d_model = like.shape[-1]
     n_heads = check_int("n_heads", n_heads, minimum=1)
-    head_dim = check_divisible("d_model", d_model, "n_heads", n_heads)
+    head_dim = check_divisible("x.shape[-1]", d_model, "n_heads", n_heads)
     if n_kv_heads is None:  # infer from wk: (C, H_kv * D)
         n_kv_heads = _param(params, "wk", like).shape[-1] // head_dim
     n_kv_heads = check_int("n_kv_heads", n_kv_heads, minimum=1)
@@ -176,21 +174,21 @@ def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=N
 
 def _default_positions(x, cache, layer_idx):
     """``offset + arange(T)``; the offset is what the cache holds for this layer (0 without a cache)."""
-    offset = 0 if cache is None else cache.lengths[layer_idx]
+    offset = 0 if cache is None else cache.length(layer_idx)
     return torch.arange(offset, offset + x.shape[-2], device=x.device)
 
 
 def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=None, *, positions=None,
                          cache=None, layer_idx=0):
-    """Multi-head self-attention with optional GQA/MQA and RoPE (see the NumPy version).
+    """Multi-head self-attention with optional GQA/MQA, RoPE and a KV cache (see the NumPy version).
 
     ``x (..., T, C)`` -> ``(..., T, C)``.  ``n_kv_heads=None`` reads ``H_kv`` off ``wk``;
     ``mask`` boolean, broadcastable to ``(..., H, T, S)``; ``rope``: None, True (base 10000)
     or ``inv_freq (D/2,)``; ``positions`` ``(T,)`` or ``(..., T)`` in ``x``'s layout, default
-    ``arange(T)`` (offset by the number of positions the cache holds for ``layer_idx``).  Torch extras: with ``cache`` (a :class:`KVCache`, ``x`` of shape
-    ``(B, T, C)``) the rotated keys and values are appended to layer ``layer_idx`` and the
-    queries attend to all ``S = cache.seq_len`` cached positions; pass the bottom-right
-    ``causal_mask(T, S)`` for a multi-token step.
+    ``arange(T)`` offset by what the cache holds for ``layer_idx``.  With ``cache`` (a
+    :class:`KVCache`, ``x`` of shape ``(B, T, C)``) the rotated keys and values are appended
+    to layer ``layer_idx`` and the queries attend to all ``S = cache.length(layer_idx)``
+    cached positions; pass the bottom-right ``causal_mask(T, S)`` for a multi-token step.
     """
     _check_tensor("x", x, 2)
     if positions is None:
@@ -207,16 +205,14 @@ def _norm(x, params, name, norm, eps):
 def _cross_attention(x, memory, params, n_heads, memory_mask=None):
     """Queries from ``x (..., T, C)``, keys and values from ``memory (..., S, C)``
     (the body of :func:`transformer_ref.torch.cross_attention`, used by the block)."""
-    _check_tensor("memory", memory, 2)
-    if memory.shape[-1] != x.shape[-1]:
-        raise ValueError(f"memory must have the model width {x.shape[-1]} as last dimension, "
-                         f"got shape {tuple(memory.shape)}")
+    _check_tensor("memory", memory)
+    check_memory(memory, x.shape[-1])
     return _attend(x, memory.to(x.dtype), params, n_heads, None, memory_mask)
 
 
 def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_kv_heads=None,
                       norm="layernorm", rope=None, positions=None, memory=None, memory_mask=None,
-                      eps=None, activation="gelu", cache=None, layer_idx=0, dropout=0.0):
+                      eps=None, activation="gelu", cache=None, layer_idx=0):
     """One transformer block, pre-norm (default) or post-norm; ``x (..., T, C)`` -> ``(..., T, C)``.
 
     Same arguments and semantics as :func:`transformer_ref.numpy.transformer_block`::
@@ -224,18 +220,23 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
         pre:   x = x + SelfAttn(N1(x));  x = x + CrossAttn(N3(x), memory);  x = x + FFN(N2(x))
         post:  x = N1(x + SelfAttn(x));  x = N3(x + CrossAttn(x, memory));  x = N2(x + FFN(x))
 
-    (cross-attention only when ``memory`` is given; SwiGLU FFN when ``w3`` is in ``params``).
-    Torch extras: ``cache``/``layer_idx`` for incremental decoding (see
-    :func:`multi_head_attention`) and ``dropout``, the probability of zeroing each
-    sublayer output before it is added to the residual stream (0 = off).
+    (cross-attention only when ``memory`` is given; SwiGLU FFN when ``w3`` is in ``params``;
+    ``cache``/``layer_idx`` for incremental decoding as in :func:`multi_head_attention`).
+    Dropout is a training matter: :class:`TransformerBlock` adds it.
     """
+    return _block(x, params, n_heads, norm_position=norm_position, mask=mask, n_kv_heads=n_kv_heads, norm=norm,
+                  rope=rope, positions=positions, memory=memory, memory_mask=memory_mask, eps=eps,
+                  activation=activation, cache=cache, layer_idx=layer_idx, dropout=0.0)
+
+
+def _block(x, params, n_heads, *, norm_position, mask, n_kv_heads, norm, rope, positions, memory, memory_mask,
+           eps, activation, cache, layer_idx, dropout):
+    """:func:`transformer_block` with ``dropout``: the probability of zeroing each element of a
+    sublayer's output before it is added to the residual stream (0 = off)."""
     _check_tensor("x", x, 2)
     check_choice("norm_position", norm_position, ("pre", "post"))
-    check_choice("norm", norm, NORM_TYPES)
-    eps = _np_block.DEFAULT_EPS[norm] if eps is None else eps
-    if memory is not None and "cross_wq" not in params:
-        raise ValueError("memory was given but params has no cross-attention keys (cross_wq, ...): "
-                         "use init_block_params(..., cross_attention=True)")
+    eps = check_norm_eps(norm, eps)
+    cross_params = cross_attention_params(params, memory)
     if positions is None:
         positions = _default_positions(x, cache, layer_idx)
 
@@ -243,7 +244,7 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
         return _attend(h, h, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
 
     def cross(h):
-        return _cross_attention(h, memory, _np_block._prefixed(params, "cross_"), n_heads, memory_mask)
+        return _cross_attention(h, memory, cross_params, n_heads, memory_mask)
 
     def ffn(h):
         return swiglu_feed_forward(h, params) if "w3" in params else feed_forward(h, params, activation)
@@ -261,7 +262,7 @@ def init_block_params(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True
                       norm="layernorm", seed=0, cross_attention=False, dtype=torch.float32, device=None):
     """:func:`transformer_ref.numpy.init_block_params` as tensors (``dtype``, default float32,
     on ``device``): the same keys and, for the same ``seed``, the same values."""
-    params = _np_block.init_block_params(d_model, n_heads, d_ff, n_kv_heads=n_kv_heads, bias=bias, ffn=ffn,
+    params = _numpy_backend.init_block_params(d_model, n_heads, d_ff, n_kv_heads=n_kv_heads, bias=bias, ffn=ffn,
                                          norm=norm, seed=seed, cross_attention=cross_attention)
     return {key: torch.as_tensor(value, dtype=dtype, device=device) for key, value in params.items()}
 
@@ -285,7 +286,7 @@ class TransformerBlock(nn.Module):
                  activation="gelu"):
         super().__init__()
         check_choice("norm_position", norm_position, ("pre", "post"))
-        check_choice("activation", activation, _np_block.ACTIVATIONS)
+        check_choice("activation", activation, ACTIVATIONS)
         self.dropout = check_positive_float("dropout", dropout, minimum=0.0)
         if self.dropout >= 1.0:
             raise ValueError(f"dropout must be < 1, got {dropout}")
@@ -320,7 +321,7 @@ class TransformerBlock(nn.Module):
                 layer_idx=0):
         if (memory is not None) != self.cross_attention:
             raise ValueError("memory must be given exactly when the block has cross_attention=True")
-        return transformer_block(
+        return _block(
             x, self.params(), self.n_heads, norm_position=self.norm_position, mask=mask,
             n_kv_heads=self.n_kv_heads, norm=self.norm, rope=rope, positions=positions, memory=memory,
             memory_mask=memory_mask, eps=self.eps, activation=self.activation, cache=cache,

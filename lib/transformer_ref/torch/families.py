@@ -22,9 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_divisible, check_int
-from ..numpy import block as _np_block
-from ..numpy.rope import rope_inv_freq
+from .. import numpy as _numpy_backend
+from .._checks import check_divisible, check_int, check_norm_eps
 from .attention import _check_tensor
 from .block import TransformerBlock, _cross_attention, layer_norm, rms_norm
 from .kv_cache import KVCache
@@ -53,7 +52,7 @@ class _Norm(nn.Module):
     def __init__(self, d_model, norm, bias, eps):
         super().__init__()
         self.norm = norm
-        self.eps = _np_block.DEFAULT_EPS[norm] if eps is None else eps
+        self.eps = check_norm_eps(norm, eps)
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if (norm == "layernorm" and bias) else None
 
@@ -168,7 +167,7 @@ class DecoderOnlyModel(nn.Module):
         self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.head_dim = check_divisible("d_model", d_model, "n_heads", check_int("n_heads", n_heads, minimum=1))
         # float64 NumPy frequencies: apply_rope casts them to the activations' dtype and device
-        self.inv_freq = rope_inv_freq(self.head_dim, rope_base) if rope else None
+        self.inv_freq = _numpy_backend.rope_inv_freq(self.head_dim, rope_base) if rope else None
         self.decoder = _Stack(vocab_size, d_model, n_layers, n_heads, max_len, learned_positions=not rope,
                               n_kv_heads=n_kv_heads, **options)
 

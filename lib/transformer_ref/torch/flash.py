@@ -17,9 +17,8 @@ import math
 
 import torch
 
-# shape and argument checks only read .shape and Python numbers: shared with NumPy
-from ..numpy.flash import _attention_shapes, _block, _scale, _window_shapes
-from .attention import scaled_dot_product_attention
+from .._checks import check_qkv, check_scale, check_tile, check_window
+from .attention import _check_tensors, _result_dtype, scaled_dot_product_attention
 from .masks import sliding_window_mask
 
 __all__ = ["flash_attention", "sliding_window_attention"]
@@ -34,15 +33,6 @@ DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 1024
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
 DEFAULT_WINDOW_BLOCK = 128
-
-
-def _check_tensors(q, k, v):
-    """q, k and v are tensors on one device (their shapes are checked by the NumPy helpers)."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if k.device != q.device or v.device != q.device:
-        raise ValueError(f"k and v must be on q's device {q.device}, got {k.device} and {v.device}")
 
 
 def _future(i0, i1, j0, j1, offset, group, device):
@@ -173,13 +163,13 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
     1024 (fastest measured on the course CPU) and are clipped to T and S.
     """
     _check_tensors(q, k, v)
-    batch, H, H_kv, group, T, S, D, Dv = _attention_shapes(q, k, v)
-    scale = _scale(scale, D)
-    bq = _block("block_q", block_q, DEFAULT_BLOCK_Q, T)
-    bk = _block("block_k", block_k, DEFAULT_BLOCK_K, S)
+    batch, H, H_kv, group, T, S, D, Dv = check_qkv(q, k, v, grouped=True)
+    scale = check_scale(scale, D)
+    bq = check_tile("block_q", block_q, DEFAULT_BLOCK_Q, T)
+    bk = check_tile("block_k", block_k, DEFAULT_BLOCK_K, S)
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
-    if not dtype.is_floating_point:
-        raise ValueError(f"q, k and v must be floating point, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not dtype.is_floating_point:  # integer input computes in float32, like scaled_dot_product_attention
+        dtype = torch.float32
     B = math.prod(batch)
     out, lse = _FlashAttention.apply(
         q.to(dtype).reshape(B, H_kv, group, T, D),
@@ -214,16 +204,17 @@ def sliding_window_attention(q, k, v, window, *, block=None, scale=None):
     weights for the backward pass: O(T * (W + block)) in all, still not T x S. ``scale`` defaults to ``1 / sqrt(D)``.
     """
     _check_tensors(q, k, v)
-    window, (batch, H, H_kv, group, T, S, D, Dv) = _window_shapes(q, k, v, window)
-    scale = _scale(scale, D)
-    bq = _block("block", block, DEFAULT_WINDOW_BLOCK, T)
+    batch, H, H_kv, group, T, S, D, Dv = check_qkv(q, k, v, grouped=True)
+    window = check_window(window, T, S)
+    scale = check_scale(scale, D)
+    bq = check_tile("block", block, DEFAULT_WINDOW_BLOCK, T)
     # GQA: (B, H_kv, G, T, D) queries against (B, H_kv, 1, S, D) keys (broadcast, no copy)
     B = math.prod(batch)
     qg = q.reshape(B, H_kv, group, T, D)
     kg = k.reshape(B, H_kv, 1, S, D)
     vg = v.reshape(B, H_kv, 1, S, Dv)
     offset = S - T
-    out = torch.empty(B, H_kv, group, T, Dv, dtype=q.dtype, device=q.device)
+    out = torch.empty(B, H_kv, group, T, Dv, dtype=_result_dtype(q), device=q.device)  # integer q: float32
     for i0 in range(0, T, bq):
         i1 = min(i0 + bq, T)
         b0, b1 = max(0, i0 + offset - window + 1), i1 + offset  # the band of keys

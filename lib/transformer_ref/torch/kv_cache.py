@@ -8,20 +8,24 @@ part. (Its size in bytes for a model is :func:`transformer_ref.counts.kv_cache_b
 
 import torch
 
-from ..numpy.kv_cache import KVCache as _NumpyKVCache
+from .._kv_cache import KVCacheBase
 
 __all__ = ["KVCache"]
 
 
-class KVCache(_NumpyKVCache):
+class KVCache(KVCacheBase):
     """Preallocated per-layer K and V tensors ``(n_layers, B, H_kv, max_seq_len, D)``.
+
+    Taught in chapter 2, section 'Incremental decoding with a KV cache'.
 
     ``update(layer, k, v)`` appends ``k, v (B, H_kv, T_new, D)`` and returns
     views ``(B, H_kv, S, D)`` of everything stored for that layer; ``seq_len`` is
     the number of positions stored in layer 0 (the position offset of the next
-    token); ``reset()`` empties it; ``nbytes`` is the buffers' size. Appending
-    past ``max_seq_len``, a wrong shape or a bad ``layer`` raises ``ValueError``.
-    The stored tensors are detached from autograd history (a cache is for inference).
+    token), ``length(layer)`` that of any layer; ``reset()`` empties it; ``nbytes``
+    is the buffers' size. ``dtype`` defaults to float32, ``device`` to the CPU.
+    Appending past ``max_seq_len``, a wrong shape or a bad ``layer`` raises
+    ``ValueError``. The stored tensors are detached from autograd history (a cache
+    is for inference).
 
     Example (one decoder layer, ``T_new`` new tokens)::
 
@@ -36,13 +40,13 @@ class KVCache(_NumpyKVCache):
         self.device = torch.device("cpu") if device is None else torch.device(device)
         super().__init__(n_layers, batch_size, n_kv_heads, head_dim, max_seq_len, dtype=dtype)
 
-    @property
-    def nbytes(self):
-        """Bytes held by the two preallocated buffers."""
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
-
     def _zeros(self, shape, dtype):
         return torch.zeros(shape, dtype=dtype, device=self.device)
 
     def _as_array(self, x):
         return torch.as_tensor(x, dtype=self.k.dtype, device=self.device).detach()
+
+    @property
+    def nbytes(self):
+        """Bytes held by the two preallocated buffers."""
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()

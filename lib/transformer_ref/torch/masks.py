@@ -7,7 +7,7 @@ causal masks bottom-right aligned (query ``i`` sees key ``j`` iff
 
 import torch
 
-from .._checks import check_int
+from .._checks import check_boolean, check_int, check_lengths
 
 __all__ = ["causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask"]
 
@@ -56,19 +56,13 @@ def padding_mask(lengths, S, *, device=None):
     """
     lengths = torch.as_tensor(lengths, device=device)
     S = check_int("S", S, minimum=0)
-    if lengths.ndim != 1 or lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
-        raise ValueError(
-            f"lengths must be a 1-D integer tensor (B,), got shape {tuple(lengths.shape)} dtype {lengths.dtype}"
-        )
-    if bool((lengths < 0).any()) or bool((lengths > S).any()):
-        raise ValueError(f"lengths must lie in [0, S={S}], got {lengths.tolist()}")
+    check_lengths(lengths, S)
     return (torch.arange(S, device=lengths.device)[None, :] < lengths[:, None])[:, None, None, :]
 
 
 def additive_mask(mask, *, dtype=torch.float32):
     """Boolean mask -> additive float mask: ``0`` where True, ``-inf`` where False (same shape and device)."""
     mask = torch.as_tensor(mask)
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be boolean, got dtype {mask.dtype}")
+    check_boolean("mask", mask)
     zero = torch.zeros((), dtype=dtype, device=mask.device)
     return torch.where(mask, zero, torch.full((), float("-inf"), dtype=dtype, device=mask.device))

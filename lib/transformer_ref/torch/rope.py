@@ -11,8 +11,8 @@ least (float64 when ``x`` is float64) and returns ``x.dtype``.
 
 import torch
 
-from .._checks import check_even
-from ..numpy import rope as _np_rope
+from .. import numpy as _numpy_backend
+from .._checks import check_broadcasts_to, check_even
 from .attention import _check_tensor
 
 __all__ = [
@@ -36,7 +36,7 @@ def rope_inv_freq(head_dim, base=10000.0, *, dtype=None, device=None):
 
     ``head_dim`` even and positive, ``base > 1``. dtype defaults to float32.
     """
-    return _tensor(_np_rope.rope_inv_freq(head_dim, base), dtype, device)
+    return _tensor(_numpy_backend.rope_inv_freq(head_dim, base), dtype, device)
 
 
 def pi_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
@@ -44,7 +44,7 @@ def pi_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
 
     ``scale >= 1``; equivalent to feeding positions ``m / scale``.
     """
-    return _tensor(_np_rope.pi_inv_freq(head_dim, base, scale), dtype, device)
+    return _tensor(_numpy_backend.pi_inv_freq(head_dim, base, scale), dtype, device)
 
 
 def ntk_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
@@ -53,7 +53,7 @@ def ntk_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
     The highest frequency (``i = 0``) is unchanged, the lowest (``i = D/2-1``)
     is divided by exactly ``scale``; ``scale = 1`` is plain RoPE. ``(head_dim/2,)``.
     """
-    return _tensor(_np_rope.ntk_inv_freq(head_dim, base, scale), dtype, device)
+    return _tensor(_numpy_backend.ntk_inv_freq(head_dim, base, scale), dtype, device)
 
 
 def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len, *, dtype=None, device=None):
@@ -62,7 +62,7 @@ def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len, *, dt
     Beyond it, ``base' = base * (scale * seq_len / original_max_len - (scale - 1)) ** (D/(D-2))``
     and ``inv_freq[i] = base' ** (-2i/D)``, ``i = 0..D/2-1``. Tensor ``(head_dim/2,)``.
     """
-    return _tensor(_np_rope.dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len), dtype, device)
+    return _tensor(_numpy_backend.dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len), dtype, device)
 
 
 def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_slow=1, *, dtype=None, device=None):
@@ -74,7 +74,7 @@ def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_sl
     ``beta_slow`` times); ``attention_factor = 0.1 ln(scale) + 1`` (1 if
     ``scale <= 1``). See :func:`transformer_ref.numpy.yarn_inv_freq`.
     """
-    inv_freq, attention_factor = _np_rope.yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast, beta_slow)
+    inv_freq, attention_factor = _numpy_backend.yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast, beta_slow)
     return _tensor(inv_freq, dtype, device), attention_factor
 
 
@@ -131,7 +131,7 @@ def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
     if tuple(inv_freq.shape) != (D // 2,):
         raise ValueError(f"inv_freq must have shape ({D // 2},) for head size {D}, got {tuple(inv_freq.shape)}")
     positions = torch.as_tensor(positions, device=x.device)
-    _np_rope._check_positions(positions.shape, shape)
+    check_broadcasts_to("positions", positions.shape, shape[:-1], "x.shape[:-1] =")
     angles = rope_angles(positions, inv_freq)  # (..., T, D/2)
     cos, sin = torch.cos(angles), torch.sin(angles)
     xc = x.to(dtype)
