@@ -127,7 +127,6 @@ def draw_block_diagram(ax, norm_position="pre", sublayers=None, *, norm_label="L
     if sublayers is None:
         sublayers = [("Multi-head\nself-attention", OKABE_ITO[0]), ("Feed-forward\nnetwork", OKABE_ITO[2])]
     norm_color = OKABE_ITO[1]
-    step = 3.0
     y = 0.0
     ax.text(0, y - 0.35, "input  $x$  $(T \\times C)$", ha="center", va="top", fontsize=9)
     for label, color in sublayers:

@@ -27,45 +27,42 @@ __all__ = [
 ]
 
 
-def _tensor(array, dtype, device):
-    return torch.as_tensor(array, dtype=torch.float32 if dtype is None else dtype, device=device)
-
-
-def rope_inv_freq(head_dim, base=10000.0, *, dtype=None, device=None):
+def rope_inv_freq(head_dim, base=10000.0, *, dtype=torch.float32, device=None):
     """Plain RoPE frequencies ``base ** (-2i/D)``, ``i = 0..D/2-1``; tensor ``(head_dim/2,)``.
 
     ``head_dim`` even and positive, ``base > 1``. dtype defaults to float32.
     """
-    return _tensor(_numpy_backend.rope_inv_freq(head_dim, base), dtype, device)
+    return torch.as_tensor(_numpy_backend.rope_inv_freq(head_dim, base), dtype=dtype, device=device)
 
 
-def pi_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
+def pi_inv_freq(head_dim, base, scale, *, dtype=torch.float32, device=None):
     """Position interpolation: ``base ** (-2i/D) / scale``, ``i = 0..D/2-1``; ``(head_dim/2,)``.
 
     ``scale >= 1``; equivalent to feeding positions ``m / scale``.
     """
-    return _tensor(_numpy_backend.pi_inv_freq(head_dim, base, scale), dtype, device)
+    return torch.as_tensor(_numpy_backend.pi_inv_freq(head_dim, base, scale), dtype=dtype, device=device)
 
 
-def ntk_inv_freq(head_dim, base, scale, *, dtype=None, device=None):
+def ntk_inv_freq(head_dim, base, scale, *, dtype=torch.float32, device=None):
     """NTK-aware frequencies ``base' ** (-2i/D)``, ``i = 0..D/2-1``, ``base' = base * scale ** (D/(D-2))``.
 
     The highest frequency (``i = 0``) is unchanged, the lowest (``i = D/2-1``)
     is divided by exactly ``scale``; ``scale = 1`` is plain RoPE. ``(head_dim/2,)``.
     """
-    return _tensor(_numpy_backend.ntk_inv_freq(head_dim, base, scale), dtype, device)
+    return torch.as_tensor(_numpy_backend.ntk_inv_freq(head_dim, base, scale), dtype=dtype, device=device)
 
 
-def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len, *, dtype=None, device=None):
+def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len, *, dtype=torch.float32, device=None):
     """Dynamic NTK (Hugging Face ``"dynamic"``): plain RoPE while ``seq_len <= original_max_len``.
 
     Beyond it, ``base' = base * (scale * seq_len / original_max_len - (scale - 1)) ** (D/(D-2))``
     and ``inv_freq[i] = base' ** (-2i/D)``, ``i = 0..D/2-1``. Tensor ``(head_dim/2,)``.
     """
-    return _tensor(_numpy_backend.dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len), dtype, device)
+    inv_freq = _numpy_backend.dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len)
+    return torch.as_tensor(inv_freq, dtype=dtype, device=device)
 
 
-def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_slow=1, *, dtype=None, device=None):
+def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_slow=1, *, dtype=torch.float32, device=None):
     """YaRN: ``(inv_freq (head_dim/2,), attention_factor)``.
 
     ``inv_freq[i] = (1 - w[i]) theta[i] + w[i] theta[i] / scale`` for
@@ -75,7 +72,7 @@ def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_sl
     ``scale <= 1``). See :func:`transformer_ref.numpy.yarn_inv_freq`.
     """
     inv_freq, attention_factor = _numpy_backend.yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast, beta_slow)
-    return _tensor(inv_freq, dtype, device), attention_factor
+    return torch.as_tensor(inv_freq, dtype=dtype, device=device), attention_factor
 
 
 def _compute_dtype(dtype):
