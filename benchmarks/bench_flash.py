@@ -26,7 +26,8 @@ import os
 import subprocess
 import sys
 import time
-import tracemalloc
+
+from transformer_ref.measure import traced_peak  # imports neither NumPy nor torch
 
 D = 64
 
@@ -48,13 +49,9 @@ def best_time(fn, repeats):
 
 
 def numpy_peak_bytes(fn):
-    gc.collect()
-    tracemalloc.start()
-    try:
+    with traced_peak() as peak:
         fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return peak.bytes
 
 
 def numpy_functions(causal):

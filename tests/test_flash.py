@@ -7,7 +7,6 @@ masks built here from index comparisons. Torch tests run on every device of
 the ``device`` fixture (tests/conftest.py).
 """
 
-import tracemalloc
 from functools import partial
 
 import numpy as np
@@ -20,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from transformer_ref import numpy as ref
 from transformer_ref import torch as tref
+from transformer_ref.measure import traced_peak
 
 
 def causal_keys(T, S):
@@ -158,12 +158,9 @@ def test_numpy_flash_never_allocates_a_score_matrix():
     full = T * S * 8
 
     def peak(fn):
-        tracemalloc.start()
-        try:
+        with traced_peak() as traced:
             fn()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        return traced.bytes
 
     assert peak(lambda: ref.scaled_dot_product_attention(q, k, v)) >= full
     assert peak(lambda: ref.flash_attention(q, k, v, block_q=128, block_k=128)) < full / 32
