@@ -1,9 +1,12 @@
 """nbgrader settings for instructors who run ``nbgrader`` or its formgrader directly
-from the repository root (``python -m autograder`` does not need this file).
+from the repository root (``python -m autograder`` applies the same settings itself).
 
 They are the course settings of ``autograder/nbgrader_config.py``: sources in
 ``solutions/``, student versions in ``release/``, gradebook ``gradebook.db``,
-feedback without hidden tests.
+feedback without hidden tests, and the same autograding as the driver: every
+kernel in the OS sandbox, every test cell scored by the outside judge, the default
+limits of ``autograder/limits.py``. ``nbgrader autograde`` and the formgrader's
+Autograde button therefore give the scores ``python -m autograder grade`` gives.
 """
 
 import os
@@ -12,7 +15,9 @@ import sys
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
 
-from autograder.nbgrader_config import course_config  # noqa: E402
+from autograder.nbgrader_config import autograde_settings, course_config, prepare_nbgrader  # noqa: E402
 
+prepare_nbgrader()  # gradebooks are created without the `alembic` command on PATH
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 c.merge(course_config(ROOT))
+c.merge(autograde_settings())

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from .limits import Limits
 from .nbgrader_config import default_db_url
 
 DESCRIPTION = """\
@@ -57,11 +58,14 @@ def cmd_generate(args):
 
 def cmd_grade(args):
     from .driver import grade
+    from .limits import Limits
 
-    results = grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs,
-                    cell_timeout=args.timeout_cell, notebook_timeout=args.timeout_notebook,
+    limits = Limits(cell_timeout=args.timeout_cell, notebook_timeout=args.timeout_notebook,
                     memory_mb=args.memory_mb, output_limit=args.output_limit,
-                    students=_students(args.students), progress=not args.no_progress)
+                    max_tasks=args.max_tasks, disk_mb=args.disk_mb)
+    results = grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs,
+                    limits=limits, students=_students(args.students),
+                    progress=not args.no_progress)
     if not results:
         print(f"no submissions of {args.assignment} under {Path(args.root) / 'submitted'}")
 
@@ -116,15 +120,20 @@ def parser():
     p.add_argument("assignment", help="assignment id, e.g. 01-rope")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count(),
                    help="submissions graded in parallel (default: number of cores)")
-    p.add_argument("--timeout-cell", type=int, default=30, metavar="S",
-                   help="seconds one cell may run (default 30)")
-    p.add_argument("--timeout-notebook", type=float, default=600, metavar="S",
-                   help="seconds a whole notebook may run (default 600)")
-    p.add_argument("--memory-mb", type=int, default=4096, metavar="M",
-                   help="address-space cap of each kernel in MiB, 0 = none (default 4096)")
-    p.add_argument("--output-limit", type=int, default=200_000, metavar="BYTES",
+    d = Limits()
+    p.add_argument("--timeout-cell", type=int, default=d.cell_timeout, metavar="S",
+                   help=f"seconds one cell may run, its tests included (default {d.cell_timeout})")
+    p.add_argument("--timeout-notebook", type=float, default=d.notebook_timeout, metavar="S",
+                   help=f"seconds a whole notebook may run (default {d.notebook_timeout:g})")
+    p.add_argument("--memory-mb", type=int, default=d.memory_mb, metavar="M",
+                   help=f"memory of each kernel in MiB, 0 = none (default {d.memory_mb})")
+    p.add_argument("--output-limit", type=int, default=d.output_limit, metavar="BYTES",
                    help="output kept per cell; beyond it the cell is stopped and scores 0 "
-                        "(default 200000)")
+                        f"(default {d.output_limit})")
+    p.add_argument("--max-tasks", type=int, default=d.max_tasks, metavar="N",
+                   help=f"processes and threads of each kernel (default {d.max_tasks})")
+    p.add_argument("--disk-mb", type=int, default=d.disk_mb, metavar="M",
+                   help=f"size of each kernel's private scratch folder in MiB (default {d.disk_mb})")
     p.add_argument("--students", default=None, metavar="A,B",
                    help="grade only these students (comma-separated ids)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -17,9 +17,7 @@ The parent process
 
 import multiprocessing
 import os
-import re
 import shutil
-import signal
 import tempfile
 import warnings
 from collections import deque
@@ -29,9 +27,9 @@ from time import monotonic
 
 import nbformat
 
-from . import summary, worker
+from . import sandbox, summary, worker
 from .audit import grade_id, is_locked
-from .kernel import make_run_cgroup, remove_run_cgroup
+from .limits import Limits
 from .nbgrader_config import SOURCE, SUBMITTED, default_db_url
 from .release import generate
 
@@ -59,22 +57,6 @@ def test_cells(release_dir):
     return tests
 
 
-def network_isolation_works():
-    """True if a child process can enter an empty network namespace (needs root)."""
-    from .kernel import isolate_network
-
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0 if isolate_network() else 1)
-    return os.waitpid(pid, 0)[1] == 0
-
-
-def preloads(source_dir):
-    """Modules the kernel server should import: NumPy, and torch if the assignment uses it."""
-    text = "".join(p.read_text() for p in Path(source_dir).glob("*.ipynb"))
-    return ("numpy", "torch") if re.search(r"\bimport torch\b", text) else ("numpy",)
-
-
 class Worker:
     """A worker process and the parent's end of its pipe."""
 
@@ -87,18 +69,13 @@ class Worker:
         self.process = ctx.Process(target=worker.main, args=(child, settings, index), daemon=True)
         self.process.start()
         child.close()
-        self.piddir = Path(settings.workdir) / f"worker{index}" / "pids"
         self.student, self.started = None, 0.0
 
     def kill(self):
-        """Kill the worker and every kernel it left running."""
+        """Kill the worker; its kernels die with it (bubblewrap's ``--die-with-parent``)."""
         self.process.kill()
         self.process.join()
-        for pidfile in self.piddir.glob("*") if self.piddir.is_dir() else []:
-            try:
-                os.killpg(int(pidfile.name), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, ValueError):
-                pass
+        sandbox.sweep_cgroups()
 
 
 def failed(student, error, seconds):
@@ -196,33 +173,35 @@ def record(db_url, assignment, result):
         return sub.score, sub.max_score, bool(sub.needs_manual_grade)
 
 
-def grade(assignment, root=".", db_url=None, jobs=None, cell_timeout=30, notebook_timeout=600,
-          memory_mb=4096, output_limit=200_000, students=None, progress=True, out=None):
+def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=None,
+          progress=True, out=None, sandboxed=True):
     """Grade every submission of ``assignment``; return the list of result dicts.
 
     Writes the gradebook, ``autograded/``, ``feedback/`` and ``grades.csv``
     under ``root`` and prints the class summary to ``out`` (default stdout).
+    ``sandboxed=False`` runs kernels without the OS sandbox: only for notebooks
+    you trust (e.g. checking the instructor's own solutions).
     """
     root = Path(root).resolve()
+    limits = limits or Limits()
     db_url = db_url or default_db_url(root)
     if not (root / SOURCE / assignment).is_dir():
         raise SystemExit(f"no source notebooks in {root / SOURCE / assignment}")
+    if sandboxed and (reason := sandbox.unavailable_reason()):
+        raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
     names = find_students(root, assignment, students)
     jobs = max(1, jobs or os.cpu_count() or 1)
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
-    cgroup = make_run_cgroup()
+    os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
     start = monotonic()
     try:
         release = generate(assignment, root, release_dir=workdir / "release",
                            db_url=f"sqlite:///{workdir}/template.db")
         settings = worker.Settings(
             root=str(root), assignment=assignment, template_db=str(workdir / "template.db"),
-            release_dir=str(release), workdir=str(workdir), cell_timeout=cell_timeout,
-            notebook_timeout=notebook_timeout, memory_mb=memory_mb, output_limit=output_limit,
-            no_network=network_isolation_works(), preload=preloads(root / SOURCE / assignment),
-            cgroup=cgroup or "")
+            release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed)
         n_notebooks = max(1, len(list(release.glob("*.ipynb"))))
-        watchdog = n_notebooks * (notebook_timeout + 60) + 60
+        watchdog = n_notebooks * (limits.notebook_timeout + 60) + 60
         bar = summary.Progress(len(names), enabled=progress)
         results = []
 
@@ -242,5 +221,5 @@ def grade(assignment, root=".", db_url=None, jobs=None, cell_timeout=30, noteboo
         summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out)
         return results
     finally:
-        remove_run_cgroup(cgroup)
+        sandbox.sweep_cgroups()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,7 +1,14 @@
-"""Notebook execution that survives hostile submissions.
+"""Notebook execution that survives hostile submissions, and judges them from outside.
 
 :class:`LimitedExecute` replaces nbgrader's ``Execute`` preprocessor during
-autograding. Compared with stock nbgrader it adds
+autograding (in the driver's workers and, through the course's
+``nbgrader_config.py``, in stock ``nbgrader autograde`` and the formgrader).
+Every kernel it starts runs in the OS sandbox
+(:class:`~autograder.kernel_manager.SandboxedKernelManager`), and every graded
+test cell is scored by the outside judge (:mod:`autograder.judge`): the kernel
+runs only the cell's visible lines, the worker runs the whole test with trusted
+libraries and asks the kernel only for the outputs of the student's functions.
+Compared with stock nbgrader it also adds
 
 * a wall-clock budget for the whole notebook: each cell may use at most what is
   left of it, cells after it ran out are not run and get a ``NotebookTimeoutError``
@@ -19,9 +26,8 @@ autograding. Compared with stock nbgrader it adds
 Every such event is appended to :data:`EVENTS` for the grading summary.
 """
 
+import ast
 import asyncio
-import os
-import signal
 from queue import Empty
 from time import monotonic
 
@@ -32,7 +38,9 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Float, Integer
 
-from .kernel import kill_process_cgroup
+from . import judge, sandbox
+from .kernel_manager import SandboxedKernelManager
+from .limits import Limits
 
 # Limit events of the notebooks executed in this process since the caller last
 # cleared the list: dicts with keys notebook, cell, grade_id, kind, detail.
@@ -55,10 +63,16 @@ def output_size(content):
 
 
 class LimitedExecute(Execute):
-    """nbgrader's ``Execute`` with a notebook deadline, an output cap and kernel recovery."""
+    """nbgrader's ``Execute`` in the sandbox, with the outside judge, deadlines, caps and recovery."""
 
-    notebook_timeout = Float(600.0, help="Wall-clock seconds for the whole notebook.").tag(config=True)
-    output_limit = Integer(200_000, help="Bytes of output kept per cell.").tag(config=True)
+    notebook_timeout = Float(Limits.notebook_timeout,
+                             help="Wall-clock seconds for the whole notebook.").tag(config=True)
+    output_limit = Integer(Limits.output_limit, help="Bytes of output kept per cell.").tag(config=True)
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        if self.kernel_manager_class is None or self.kernel_manager_class.__name__ == "AsyncKernelManager":
+            self.kernel_manager_class = SandboxedKernelManager
 
     def preprocess(self, nb, resources=None, km=None):
         NotebookClient.__init__(self, nb, km)  # reset the client state, as nbconvert does
@@ -68,23 +82,30 @@ class LimitedExecute(Execute):
         self._notebook = (resources or {}).get("nbgrader", {}).get("notebook", "")
         self._deadline = monotonic() + self.notebook_timeout
         self._cell_timeout = self.timeout
-        self._kernel_pid = None
+        self._channel = judge.Channel(self, self._deadline)
+        self._namespace = judge.RemoteNamespace(self._channel)
+        self._index = 0
         done = []  # indices of code cells that ran; replayed into a fresh kernel
         alive = self._start()
         try:
             for index, cell in enumerate(self.nb.cells):
+                self._index = index
                 if cell.cell_type != "code" or not cell.source.strip():
                     continue
+                remaining = self._deadline - monotonic()
+                if judge.is_setup_cell(cell):  # trusted code: the judge runs it too
+                    judge.judge_cell(cell, self._namespace)
                 if not alive:
                     self._fail(cell, index, "kernel_start", "KernelStartError",
                                "the grading kernel could not be started")
                     continue
-                remaining = self._deadline - monotonic()
                 if remaining < 1:
                     self._fail(cell, index, "notebook_timeout", "NotebookTimeoutError",
                                f"not run: the notebook used up its {self.notebook_timeout:g} s")
                     continue
-                if self._run_cell(cell, index, remaining):
+                if judge.is_test_cell(cell):
+                    alive = self._run_test_cell(cell, index, remaining, done)
+                elif self._run_cell(cell, index, remaining):
                     done.append(index)
                 else:
                     alive = self._restart(done)
@@ -115,6 +136,140 @@ class LimitedExecute(Execute):
                 self._event(cell, index, "hang", "the kernel ignored the interrupt; restarted")
                 return False
         return True
+
+    def _run_test_cell(self, cell, index, remaining, done):
+        """Visible lines in the kernel, then the verdict from the judge; False if the kernel is lost."""
+        start, source = monotonic(), cell.source
+        alive = True
+        visible = judge.visible_source(source)
+        if visible.strip():
+            cell.source = visible  # hidden tests never enter the student's kernel
+            try:
+                ok = self._run_cell(cell, index, remaining)
+            finally:
+                cell.source = source
+            if ok:
+                done.append(index)
+            else:
+                alive = self._restart(done)
+        kernel_outputs = [judge.plain_output(o) for o in cell.outputs
+                          if o.get("ename") not in ("OutputLimitError",)]
+        failure = None
+        if not alive:
+            failure = judge.JudgeError("your notebook's kernel could not be restarted")
+        else:
+            left = min(self.timeout - (monotonic() - start), self._deadline - monotonic())
+            self._channel.deadline = monotonic() + max(left, 0.0)
+            self._channel.installed = False
+            failure = judge.judge_cell(cell, self._namespace)
+            if isinstance(failure, judge.JudgeError) and not self._responsive(interrupt=True):
+                self._event(cell, index, "hang", f"while judged: {failure}; restarted")
+                alive = self._restart(done)
+        cell.outputs = kernel_outputs + ([judge.verdict_output(failure)] if failure else [])
+        flooded = [o for o in cell.outputs if o.get("output_type") == "error"]
+        if self._flooded and not flooded:
+            cell.outputs.append(error_output("OutputLimitError",
+                                             f"the cell printed more than {self.output_limit} bytes"))
+        return alive
+
+    # -- the judge's line to the kernel ---------------------------------------------------
+    def run_silently(self, code, timeout, kc=None):
+        """Run ``code`` in the kernel without output or history; JudgeError if it does not finish."""
+        kc = kc or self.kc
+        msg_id = kc.execute(code, silent=True, store_history=False)
+        reply = self._wait_reply(kc, msg_id, timeout)
+        if reply["content"].get("status") != "ok":
+            raise judge.JudgeError("your notebook's kernel refused the grader's code")
+        return reply
+
+    def evaluate(self, expression, timeout, kc=None):
+        """The string that ``expression`` evaluates to in the kernel."""
+        kc = kc or self.kc
+        msg_id = kc.execute("", silent=True, store_history=False,
+                            user_expressions={"r": expression})
+        reply = self._wait_reply(kc, msg_id, timeout)
+        result = reply["content"].get("user_expressions", {}).get("r", {})
+        if result.get("status") != "ok":
+            raise judge.JudgeError("the grader could not call your code "
+                                   f"({result.get('ename', 'no answer')})")
+        text = result.get("data", {}).get("text/plain", "")
+        try:
+            value = ast.literal_eval(text) if len(text) < judge.probe.MAX_TEXT else None
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = None
+        if not isinstance(value, str):
+            raise judge.JudgeError("your notebook's kernel answered the grader with nonsense")
+        return value
+
+    async def _async_wait_reply(self, kc, msg_id, timeout):
+        """The shell reply to ``msg_id``; JudgeError when the kernel dies or time runs out."""
+        km = self.km if kc is self.kc else kc._grader_km
+        deadline = monotonic() + timeout
+        while (remaining := deadline - monotonic()) > 0:
+            try:
+                msg = await ensure_async(kc.shell_channel.get_msg(timeout=min(remaining, 0.5)))
+            except Empty:
+                if not await ensure_async(km.is_alive()):
+                    raise judge.JudgeError("your notebook's kernel died (a crash or the memory cap)")
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+        raise judge.JudgeError(f"your code did not finish within the test's {timeout:.0f} s")
+
+    _wait_reply = run_sync(_async_wait_reply)
+
+    def measure_call(self, name, args, kwargs, timeout):
+        """``(output, peak extra bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
+
+        The fresh kernel runs the set-up cells, then the student's solution cells up to
+        this point, then the call, each step read from outside through the kernel's
+        cgroup: the figure is what the solution cells kept (a workspace allocated in
+        advance counts) plus the memory peak during the call above the reading just
+        before it (the inputs, already decoded, do not count). NumPy, torch, a file
+        in /tmp: everything the kernel holds is in the cgroup's reading.
+        """
+        deadline = monotonic() + timeout
+        km, kc = self._fresh_kernel()
+        try:
+            cells = [c for c in self.nb.cells[:self._index]
+                     if judge.is_setup_cell(c) or (c.cell_type == "code"
+                                                   and judge.nbgrader_meta(c).get("solution"))]
+            for cell in (c for c in cells if judge.is_setup_cell(c)):
+                self.run_silently(cell.source, deadline - monotonic(), kc)
+            base = self._memory(km)
+            for cell in (c for c in cells if not judge.is_setup_cell(c)):
+                self.run_silently(cell.source, deadline - monotonic(), kc)
+            kept = self._memory(km) - base
+            channel = judge.Channel(self, deadline, kc)
+            channel.request(op="stage", name=name, args=list(args), kwargs=kwargs)
+            before = self._memory(km)
+            if not sandbox.reset_memory_peak(km.cgroup):
+                raise judge.JudgeError("memory cannot be measured on this grading host")
+            channel.request(op="call_staged")
+            peak = sandbox.memory_reading(km.cgroup)[1]
+            out = channel.request(op="fetch")["value"]
+        finally:
+            run_sync(km.shutdown_kernel)(now=True)
+        return out, max(0, kept) + max(0, peak - before)
+
+    def _memory(self, km):
+        reading = sandbox.memory_reading(km.cgroup) if km.cgroup else None
+        if reading is None:
+            raise judge.JudgeError("memory cannot be measured on this grading host "
+                                   "(grade as root, with cgroups)")
+        return reading[0]
+
+    def _fresh_kernel(self):
+        async def start():
+            km = self.kernel_manager_class(kernel_name=self.kernel_name, config=self.config)
+            await ensure_async(km.start_kernel(extra_arguments=self.extra_arguments))
+            kc = km.client()
+            kc.start_channels()
+            await ensure_async(kc.wait_for_ready(timeout=self.startup_timeout))
+            kc._grader_km = km
+            return km, kc
+
+        return run_sync(start)()
 
     def _get_timeout(self, cell):
         return self._cell_timeout if cell is not None else self.timeout
@@ -148,7 +303,6 @@ class LimitedExecute(Execute):
         try:
             self.km = self.create_kernel_manager()
             self.start_new_kernel()
-            self._kernel_pid = getattr(self.km.provisioner, "pid", None)
             self.start_new_kernel_client()
             info = self._reply(self.kc.kernel_info(), self.startup_timeout)
             if info is None:
@@ -161,25 +315,15 @@ class LimitedExecute(Execute):
             return False
 
     def _stop(self):
-        """Kill the kernel and everything it forked; forget the client."""
+        """Kill the kernel and everything it started; forget the client."""
         if self.km is not None:
             try:
                 self._cleanup_kernel()
             except Exception as error:
                 self.log.warning("kernel cleanup: %s", error)
-        if self._kernel_pid:
-            try:
-                os.killpg(self._kernel_pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            kill_process_cgroup(self._kernel_pid)
-            piddir = os.environ.get("AUTOGRADER_PIDDIR")
-            if piddir:
-                try:
-                    os.remove(os.path.join(piddir, str(self._kernel_pid)))
-                except FileNotFoundError:
-                    pass
-        self.km, self.kc, self._kernel_pid = None, None, None
+            if hasattr(self.km, "kill_everything"):
+                self.km.kill_everything()
+        self.km, self.kc = None, None
 
     def _restart(self, done):
         """Replace the kernel and silently re-run the cells in ``done``."""
@@ -188,8 +332,10 @@ class LimitedExecute(Execute):
             return False
         for index in done:
             remaining = self._deadline - monotonic()
-            msg_id = self.kc.execute(self.nb.cells[index].source, silent=True,
-                                     store_history=False, stop_on_error=False)
+            source = self.nb.cells[index].source
+            if judge.is_test_cell(self.nb.cells[index]):
+                source = judge.visible_source(source)
+            msg_id = self.kc.execute(source, silent=True, store_history=False, stop_on_error=False)
             if remaining < 1 or self._reply(msg_id, min(self.timeout, remaining)) is None:
                 self._event(self.nb.cells[index], index, "replay",
                             "replaying earlier cells into a fresh kernel failed")
@@ -197,8 +343,13 @@ class LimitedExecute(Execute):
                 return self._start()
         return True
 
-    def _responsive(self):
-        """True if the kernel answers a no-op soon after an interrupt."""
+    def _responsive(self, interrupt=False):
+        """True if the kernel answers a no-op soon (after an interrupt, if asked)."""
+        try:
+            if interrupt:
+                run_sync(self.km.interrupt_kernel)()
+        except Exception:
+            pass
         try:
             msg_id = self.kc.execute("", silent=True, store_history=False)
             return self._reply(msg_id, PROBE_SECONDS) is not None

@@ -48,6 +48,42 @@ def course_config(root, db_url=None, assignment=None, student=None):
     return c
 
 
+def autograde_settings(limits=None, *, sandboxed=True):
+    """How to autograde: sandboxed kernels, the outside judge, the limits.
+
+    The driver's workers and stock ``nbgrader autograde`` (through the course's
+    ``nbgrader_config.py``, the formgrader included) use exactly this, so a
+    student gets the same score whichever way the instructor grades.
+    """
+    from .limits import Limits
+
+    limits = limits or Limits()
+    c = Config()
+    c.Autograde.autograde_preprocessors = [
+        "autograder.execute.LimitedExecute",
+        "nbgrader.preprocessors.IgnorePattern",
+        "nbconvert.preprocessors.ClearMetadataPreprocessor",
+        "nbgrader.preprocessors.LimitOutput",
+        "nbgrader.preprocessors.SaveAutoGrades",
+        "nbgrader.preprocessors.AssignLatePenalties",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+    c.Execute.timeout = int(limits.cell_timeout)
+    c.Execute.interrupt_on_timeout = True
+    c.Execute.raise_on_iopub_timeout = False
+    c.Execute.iopub_timeout = 2  # outputs still in flight after a reply (waited for on a hang too)
+    c.Execute.startup_timeout = 60
+    c.Execute.extra_arguments = [
+        "--InteractiveShell.xmode=Minimal",  # no traceback lines in messages
+        "--HistoryManager.hist_file=:memory:",
+        "--IPKernelApp.ignore_cwd=True",
+    ]
+    c.Execute.kernel_manager_class = "autograder.kernel_manager.SandboxedKernelManager"
+    c.LimitedExecute.notebook_timeout = float(limits.notebook_timeout)
+    c.LimitedExecute.output_limit = int(limits.output_limit)
+    c.SandboxedKernelManager.sandboxed = bool(sandboxed)
+    return c
+
 
 @functools.lru_cache(maxsize=None)
 def alembic_head():

@@ -84,16 +84,33 @@ def write_csv(path, assignment, results, tests=()):
             writer.writerow(rows[key])
 
 
+def isolation(settings):
+    """One line on how the kernels were isolated, and why any limit is off."""
+    from .sandbox import cgroup_version
+
+    if not settings.sandboxed:
+        return "NOT sandboxed: trusted notebooks only"
+    import os
+
+    if os.geteuid() != 0:
+        return ("sandboxed (bubblewrap, own user namespace); processes and memory NOT capped "
+                "by cgroups (needs root)")
+    version = cgroup_version()
+    caps = (f"cgroup v{version}: at most {settings.limits.max_tasks} tasks" if version
+            else "processes NOT capped (no usable cgroup)")
+    return f"sandboxed (bubblewrap, user nobody, no network; {caps})"
+
+
 def report(assignment, results, tests, seconds, jobs, settings, out=None):
     """Print the class summary."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
     n = len(results)
+    lim = settings.limits
     p(f"\nGraded {n} submission(s) of {assignment} in {seconds:.1f} s with {jobs} job(s)"
-      f" (cell {settings.cell_timeout} s, notebook {settings.notebook_timeout:g} s,"
-      f" memory {settings.memory_mb} MiB, output {settings.output_limit} B/cell,"
-      f" network {'off' if settings.no_network else 'NOT isolated (needs root)'},"
-      f" {'at most %d tasks' % settings.max_tasks if settings.cgroup else 'processes NOT capped (needs root)'}).")
+      f" (cell {lim.cell_timeout} s, notebook {lim.notebook_timeout:g} s,"
+      f" memory {lim.memory_mb} MiB, output {lim.output_limit} B/cell, scratch {lim.disk_mb} MiB;"
+      f" {isolation(settings)}).")
     if not n:
         return
     scores = [r["score"] for r in results]

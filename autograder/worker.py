@@ -3,27 +3,27 @@
 Each worker imports nbgrader once and runs its ``Autograde`` and
 ``GenerateFeedback`` converters in-process, which saves nbgrader's start-up for
 every student but the first. Nothing of a student survives into the next one:
-every notebook gets a fresh kernel (killed with its process group afterwards),
-and the worker writes only to its own scratch gradebook. The parent copies the
-scores into the class gradebook, one student at a time.
+every notebook gets a fresh kernel in a fresh OS sandbox (killed with its whole
+cgroup afterwards), the worker judges every test cell itself
+(:mod:`autograder.judge`), and it writes only to its own scratch gradebook,
+which no kernel can see. The parent copies the scores into the class gradebook,
+one student at a time.
 """
 
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from time import monotonic, sleep
+from time import monotonic
 
 import nbformat
 
 from .audit import audit, restore_deleted
-from .nbgrader_config import SUBMITTED, course_config, prepare_nbgrader
-
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+from .limits import Limits
+from .nbgrader_config import SUBMITTED, autograde_settings, course_config, prepare_nbgrader
 
 
 @dataclass
@@ -34,72 +34,18 @@ class Settings:
     assignment: str
     template_db: str       # SQLite gradebook that knows the assignment
     release_dir: str       # student version, generated for this run
-    workdir: str           # scratch space of the whole run
-    cell_timeout: int = 30
-    notebook_timeout: float = 600.0
-    memory_mb: int = 4096
-    output_limit: int = 200_000
-    no_network: bool = True
-    max_tasks: int = 128   # processes + threads per kernel, where a pids cgroup is available
-    cgroup: str = ""       # the run's pids cgroup ("" = none)
-    preload: tuple = ("numpy",)  # imported once by the kernel server; () = no server
-
-
-def kernel_env(settings, piddir):
-    """Environment variables every grading kernel inherits from its worker."""
-    path = [settings.root, PACKAGE_PARENT]
-    return {
-        "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)),
-        "AUTOGRADER_MEMORY_MB": str(settings.memory_mb),
-        "AUTOGRADER_NO_NETWORK": "1" if settings.no_network else "0",
-        "AUTOGRADER_PIDDIR": str(piddir),
-        "AUTOGRADER_CGROUP": settings.cgroup,
-        "AUTOGRADER_MAX_TASKS": str(settings.max_tasks),
-        # nothing may reach stderr on its own: any stderr in a test cell scores it 0
-        "PYTHONWARNINGS": "ignore",
-        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-        "JUPYTER_PLATFORM_DIRS": "1",
-        "MPLBACKEND": "Agg",
-        # one thread per kernel: the workers already use every core
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MALLOC_ARENA_MAX": "2",
-    }
+    workdir: str           # scratch space of the whole run (no kernel can see it)
+    limits: Limits = field(default_factory=Limits)
+    sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
 
 
 def autograde_config(settings, db_url, student, scratch):
     """nbgrader configuration for autograding one student in this worker."""
-    from .execute import LimitedExecute
-    from .kernel import LimitedKernelManager
-
     c = course_config(settings.root, db_url, settings.assignment, student)
+    c.merge(autograde_settings(settings.limits, sandboxed=settings.sandboxed))
     c.CourseDirectory.submitted_directory = str(scratch)
     c.BaseConverter.force = True
-    c.Autograde.autograde_preprocessors = [
-        LimitedExecute,
-        "nbgrader.preprocessors.IgnorePattern",
-        "nbconvert.preprocessors.ClearMetadataPreprocessor",
-        "nbgrader.preprocessors.LimitOutput",
-        "nbgrader.preprocessors.SaveAutoGrades",
-        "nbgrader.preprocessors.AssignLatePenalties",
-        "nbgrader.preprocessors.CheckCellMetadata",
-    ]
-    c.Execute.timeout = int(settings.cell_timeout)
-    c.Execute.interrupt_on_timeout = True
-    c.Execute.raise_on_iopub_timeout = False
-    c.Execute.iopub_timeout = 2  # outputs still in flight after a reply (waited for on a hang too)
-    c.Execute.startup_timeout = 60
-    c.Execute.extra_arguments = [
-        "--InteractiveShell.xmode=Minimal",  # no hidden-test lines in tracebacks
-        "--HistoryManager.hist_file=:memory:",
-        "--IPKernelApp.ignore_cwd=True",     # a submission cannot shadow modules
-    ]
-    c.Execute.kernel_manager_class = LimitedKernelManager
-    c.LimitedExecute.notebook_timeout = float(settings.notebook_timeout)
-    c.LimitedExecute.output_limit = int(settings.output_limit)
-    c.KernelManager.transport = "ipc"  # Unix sockets work without a network
-    c.KernelManager.ip = str(Path(scratch).parent / "kernel")
+    c.SandboxedKernelManager.socket_root = str(Path(scratch).parent)
     return c
 
 
@@ -213,48 +159,15 @@ def grade_student(settings, student, workdir, db_url):
 def main(conn, settings, index):
     """Worker loop: receive student ids on ``conn``, send back result dicts; None stops."""
     workdir = Path(settings.workdir) / f"worker{index}"
-    piddir = workdir / "pids"
-    piddir.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "gradebook.db"
     shutil.copy(settings.template_db, db)
-    os.environ.update(kernel_env(settings, piddir))
+    os.environ.update(settings.limits.environment())
     log = open(workdir / "log.txt", "a")  # nothing from a worker or its kernels reaches the console
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, force=True)
     os.chdir(settings.root)
     prepare_nbgrader()
-    server = start_kernel_server(settings, workdir, piddir)
-    try:
-        while (student := conn.recv()) is not None:
-            conn.send(grade_student(settings, student, workdir, f"sqlite:///{db}"))
-    finally:
-        if server:
-            server.kill()
-
-
-def start_kernel_server(settings, workdir, piddir):
-    """Start this worker's kernel server (see :mod:`autograder.kernel`); None if it fails.
-
-    Kernels are then forked from it, with NumPy/torch already imported. Without a
-    server, every kernel is a new process that imports them itself.
-    """
-    from .kernel import SERVER
-
-    if not settings.preload:
-        return None
-    path = Path(workdir) / "kernels.sock"
-    server = subprocess.Popen(
-        [sys.executable, "-P", "-X", "frozen_modules=off", "-m", "autograder.kernel",
-         "--serve", str(path), *settings.preload],
-        cwd=workdir, start_new_session=True, stdin=subprocess.DEVNULL)
-    (Path(piddir) / str(server.pid)).touch()
-    deadline = monotonic() + 120
-    while not path.exists() and server.poll() is None and monotonic() < deadline:
-        sleep(0.05)
-    if not path.exists():
-        logging.getLogger("autograder").error("kernel server did not start; forking disabled")
-        server.kill()
-        return None
-    os.environ[SERVER] = str(path)
-    return server
+    while (student := conn.recv()) is not None:
+        conn.send(grade_student(settings, student, workdir, f"sqlite:///{db}"))

@@ -1,16 +1,13 @@
 """Grader-only checks behind the hidden tests of the six assignments.
 
-Each hidden test cell of ``solutions/<id>/<id>.ipynb`` is one call such as
-``rope.check_apply_rope(apply_rope)``. The checks compare the student's function
-with ``transformer_ref`` on seeded random inputs and edge cases, check the
-properties the chapter teaches, and fail (``AssertionError``, a clear message,
-nothing on stderr) when the function is wrong, uses ``transformer_ref`` (or SDPA
-where attention is the task), or when the notebook tampered with NumPy, torch,
-the references or these checks (see ``_guard``).
+Each hidden test of ``solutions/<id>/<id>.ipynb`` is one call such as
+``rope.check_apply_rope(apply_rope)``. The judge runs it in the trusted grading
+worker (never in the student's kernel): the student's function arrives as a
+remote function whose calls return only the student's outputs. The checks compare
+them with ``transformer_ref`` on seeded random inputs and edge cases, check the
+properties the chapter teaches, and fail with an ``AssertionError`` whose message
+is written for the student.
 
-This package is never copied to students: it lives outside ``solutions/``.
+This package is never copied to students, and it is not visible inside the
+sandbox that runs their kernels.
 """
-
-from ._guard import verify
-
-__all__ = ["verify"]

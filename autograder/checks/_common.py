@@ -1,18 +1,18 @@
-"""Helpers shared by the checks: calling student code safely and comparing arrays.
+"""Helpers shared by the checks: calling the student's code and comparing its outputs.
 
-Every public ``check_*`` function of the assignment modules is wrapped by
-``@hidden_test``: it verifies the tamper guard before and after the check, silences
-warnings (a warning on stderr would zero the test cell) and turns anything
-unexpected into an ``AssertionError`` with a student-friendly message.
+The checks run in the trusted grading worker, never in the student's kernel
+(:mod:`autograder.judge`). The student's functions they receive are remote: a
+call sends the inputs (chosen here) into the sandboxed kernel and brings back
+only the outputs. ``@hidden_test`` silences warnings in the worker and leaves
+verdicts as ``AssertionError`` messages written for the student. The checks also
+accept plain Python functions, which is how the test suite exercises them.
 """
 
 import functools
+import inspect
 import warnings
 
 import numpy as np
-
-from ._anticheat import cheating_message, no_cheating, static_violation
-from ._guard import verify
 
 
 class CheckFailure(AssertionError):
@@ -24,32 +24,15 @@ def fail(message):
 
 
 def hidden_test(check):
-    """Decorator for a check: guard, quiet warnings, clean failure messages."""
-    _verify = verify  # bound now: rebinding _guard.verify later changes nothing here
+    """Decorator for a check: quiet warnings, clean failure messages."""
 
     @functools.wraps(check)
     def run(*args, **kwargs):
-        _verify()
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             check(*args, **kwargs)
-        _verify()
 
     return run
-
-
-@hidden_test
-def check_no_reference(*fns, forbid_sdpa=False):
-    """The hidden line of a part's visible test cell: none of ``fns`` uses the reference.
-
-    Static only (``static_violation``): the visible tests above already ran the code, and
-    the part's hidden checks add the tripwires. The verdict zeroes the visible cell, so a
-    part that hands its work to ``transformer_ref`` (or SDPA) scores 0 in total.
-    """
-    for fn in fns:
-        reason = static_violation(fn, forbid_sdpa=forbid_sdpa)
-        if reason is not None:
-            fail(cheating_message(getattr(fn, "__name__", "this part"), reason, forbid_sdpa=forbid_sdpa))
 
 
 def rng(seed):
@@ -57,43 +40,86 @@ def rng(seed):
     return np.random.default_rng(seed)
 
 
-def call(fn, *args, what, forbid_sdpa=False, copy_inputs=True, **kwargs):
-    """Run the student's ``fn`` (on copies of the inputs) under the anti-cheat nets."""
+def call(fn, *args, what, copy_inputs=True, **kwargs):
+    """Run the student's ``fn`` on (copies of) the inputs; any exception fails the check.
+
+    ``fn`` must accept the arguments as its stub declares them (checked for local
+    functions; a remote call reports a ``TypeError`` from the kernel the same way).
+    """
     if not callable(fn):
         fail(f"{what}: expected a function, got {type(fn).__name__}.")
     if copy_inputs:
         args = tuple(_copy(a) for a in args)
         kwargs = {k: _copy(v) for k, v in kwargs.items()}
     try:
-        with no_cheating(fn, what, forbid_sdpa=forbid_sdpa):
-            return fn(*args, **kwargs)
+        return fn(*args, **kwargs)
     except CheckFailure:
         raise
-    except AssertionError as err:
-        if "solutions must not use" in str(err):
-            raise CheckFailure(str(err)) from None
-        fail(f"{what} raised AssertionError: {err}")
     except NotImplementedError:
         fail(f"{what} is not implemented yet (it raised NotImplementedError).")
+    except AssertionError as err:
+        fail(f"{what} raised AssertionError: {err}")
     except Exception as err:  # noqa: BLE001 - any crash of student code is a failed test
         fail(f"{what} raised {type(err).__name__}: {err}")
+
+
+def call_keeping_args(fn, *args, what, **kwargs):
+    """``(output, positional arguments as they are after the call)``: did ``fn`` modify them?"""
+    if hasattr(fn, "call_keeping_args"):
+        try:
+            return fn.call_keeping_args(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001
+            fail(f"{what} raised {type(err).__name__}: {err}")
+    args = tuple(_copy(a) for a in args)
+    return call(fn, *args, what=what, copy_inputs=False, **kwargs), args
 
 
 def expect_value_error(fn, *args, what, argument, **kwargs):
     """``fn(*args)`` must raise ``ValueError`` (the message should name ``argument``)."""
     try:
-        with no_cheating(fn, what):
-            fn(*args, **kwargs)
+        fn(*args, **kwargs)
     except ValueError:
         return
-    except AssertionError as err:
-        if "solutions must not use" in str(err):
-            raise CheckFailure(str(err)) from None
-        fail(f"{what} must raise ValueError for an invalid {argument}, it raised AssertionError.")
     except Exception as err:  # noqa: BLE001
         fail(f"{what} must raise ValueError for an invalid {argument}, "
              f"it raised {type(err).__name__}.")
     fail(f"{what} must raise ValueError for an invalid {argument}, it returned normally.")
+
+
+def accepts(fn, *args, **kwargs):
+    """True if a local ``fn`` can be called with these arguments (remote functions: True)."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def measure(fn, *args, what):
+    """``(output, peak extra bytes)`` of one call of the student's ``fn``.
+
+    A remote function is measured from outside a fresh sandboxed kernel (its
+    cgroup's memory peak: NumPy, torch and files alike). A local function (the
+    test suite's) is measured with ``tracemalloc``.
+    """
+    if hasattr(fn, "measure"):
+        try:
+            return fn.measure(*args)
+        except CheckFailure:
+            raise
+        except NotImplementedError:
+            fail(f"{what} is not implemented yet (it raised NotImplementedError).")
+        except Exception as err:  # noqa: BLE001
+            fail(f"{what} raised {type(err).__name__}: {err}")
+    import tracemalloc
+
+    args = tuple(_copy(a) for a in args)
+    tracemalloc.start()
+    try:
+        out = call(fn, *args, what=what, copy_inputs=False)
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def _copy(value):
@@ -105,7 +131,11 @@ def _copy(value):
 
 
 def to_numpy(out, what, *, kind="numpy"):
-    """The student's output as a float64 array; ``kind`` is the type it must have."""
+    """The student's output as a float64 array; ``kind`` is the type it must have.
+
+    Any NaN fails here, with a message that says so (no expected output has one;
+    an infinity where a finite value is expected fails in :func:`assert_close`).
+    """
     is_tensor = type(out).__module__ == "torch" and hasattr(out, "detach")
     if kind == "numpy" and not isinstance(out, (np.ndarray, np.generic, float, int)):
         fail(f"{what} must return a NumPy array, got {type(out).__name__}.")
@@ -113,7 +143,22 @@ def to_numpy(out, what, *, kind="numpy"):
         fail(f"{what} must return a torch.Tensor, got {type(out).__name__}.")
     if is_tensor:
         out = out.detach().cpu().double().numpy()
-    return np.asarray(out, dtype=np.float64)
+    try:
+        array = np.asarray(out, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail(f"{what} must return numbers, got {type(out).__name__}.")
+    if np.isnan(array).any():
+        fail(f"{what}: {int(np.isnan(array).sum())} of {array.size} values are NaN.")
+    return array
+
+
+def tolerance(out, *, f64, f32):
+    """The tolerance for the student's output dtype: float64 tight, anything coarser ``f32``.
+
+    A task that does not fix the dtype accepts an honest float32 computation.
+    """
+    dtype = getattr(out, "dtype", None)
+    return f64 if dtype is None or np.dtype(str(dtype).replace("torch.", "")) == np.float64 else f32
 
 
 def assert_close(actual, expected, what, *, rtol, atol, hint=""):

@@ -1,22 +1,23 @@
 """Hidden tests of assignment 06-flash-attention (NumPy, float64 inputs).
 
-Tolerances: rtol 1e-7, atol 1e-9 (the online rescaling changes the summation
-order, float64 keeps that far below 1e-9). Memory is measured with
-``tracemalloc`` (NumPy reports its buffers to it): the tiled functions must stay
-far below the size of the full T x S score matrix. A memory check first requires
-the result of that run to be correct (same reference, same tolerance), so a
-function that computes nothing earns no memory points.
+Tolerances follow the dtype the student's function returns: float64 rtol 1e-7,
+atol 1e-9 (the online rescaling changes the summation order, float64 keeps that
+far below 1e-9); an honest float32 computation gets rtol 1e-4, atol 1e-5. Memory
+is measured from outside the student's kernel (the memory peak of a fresh
+sandboxed kernel's cgroup during the call, see ``_common.measure``): the tiled
+functions must stay far below the size of the full T x S score matrix, whatever
+they compute with. A memory check first requires the result of that run to be
+correct, so a function that computes nothing earns no memory points.
 """
-
-import tracemalloc
 
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_close, assert_number, call, fail, hidden_test, rng,
-                      to_numpy)
+from ._common import (assert_close, assert_number, call, fail, hidden_test, measure, rng,
+                      to_numpy, tolerance)
 
 F64 = dict(rtol=1e-7, atol=1e-9)
+F32 = dict(rtol=1e-4, atol=1e-5)
 
 
 def _stats(x):
@@ -50,8 +51,9 @@ def check_online_softmax(online_softmax):
         if not (isinstance(result, tuple) and len(result) == 2):
             fail(f"{what} must return a tuple (m, l).")
         m_exp, l_exp = _stats(x)
-        assert_close(to_numpy(result[0], what), m_exp, f"{what}, running max m", **F64)
-        assert_close(to_numpy(result[1], what), l_exp, f"{what}, normaliser l", **F64,
+        tol = tolerance(result[1], f64=F64, f32=F32)
+        assert_close(to_numpy(result[0], what), m_exp, f"{what}, running max m", **tol)
+        assert_close(to_numpy(result[1], what), l_exp, f"{what}, normaliser l", **tol,
                      hint="When the max grows from m to m_new, rescale l by exp(m - m_new); "
                           "treat a chunk whose entries are all -inf without producing NaN.")
 
@@ -77,24 +79,14 @@ def check_flash_attention(flash_attention):
         T, S = q.shape[-2], k.shape[-2]
         what = (f"flash_attention (T={T}, S={S}, causal={causal}, "
                 f"block_q={block_q}, block_k={block_k})")
-        out = to_numpy(call(flash_attention, q, k, v, causal, block_q, block_k, what=what), what)
+        out = call(flash_attention, q, k, v, causal=causal, block_q=block_q, block_k=block_k,
+                   what=what)
         mask = ref.causal_mask(T, S) if causal else None
         expected = ref.scaled_dot_product_attention(q, k, v, mask)
-        assert_close(out, expected, what, **F64,
+        assert_close(to_numpy(out, what), expected, what, **tolerance(out, f64=F64, f32=F32),
                      hint="Keep a running max m, normaliser l and accumulator per query row, "
                           "rescale them when m grows, divide by l once at the end, and use "
                           "the bottom-right causal mask for each tile.")
-
-
-def _peak_bytes(fn, *args, what):
-    """``fn(*args)`` and the peak bytes allocated while it runs (inputs copied before measuring)."""
-    args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
-    tracemalloc.start()
-    try:
-        out = call(fn, *args, what=what, copy_inputs=False)
-        return out, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def _reference_by_rows(q, k, v, mask, rows=256):
@@ -106,20 +98,24 @@ def _reference_by_rows(q, k, v, mask, rows=256):
 
 def _assert_correct_for_memory(out, expected, what):
     """Memory points only for a correct result: the same comparison as the value checks."""
-    assert_close(to_numpy(out, what), expected, what, **F64,
+    assert_close(to_numpy(out, what), expected, what, **tolerance(out, f64=F64, f32=F32),
                  hint="The memory test counts only when the result is correct.")
 
 
 @hidden_test
 def check_flash_memory(flash_attention):
-    """Correct, with no T x S matrix: peak memory below 1/4 of the score matrix at T = S = 1024."""
+    """Correct, with no T x S matrix: peak memory below half the score matrix at T = S = 1024.
+
+    Half, not less: measured from outside, a tiled function shows ~2.5 MiB (its output,
+    tiles and the interpreter's own growth); one T x S float64 array alone is 8 MiB.
+    """
     g = rng(603)
     T, D = 1024, 32
     q, k, v = g.standard_normal((3, T, D))
     what = "flash_attention (T = S = 1024)"
-    out, peak = _peak_bytes(flash_attention, q, k, v, True, 64, 64, what=what)
+    out, peak = measure(flash_attention, q, k, v, True, 64, 64, what=what)
     _assert_correct_for_memory(out, _reference_by_rows(q, k, v, ref.causal_mask(T, T)), what)
-    if peak > T * T * 8 // 4:
+    if peak > T * T * 8 // 2:
         fail(f"flash_attention (T = S = {T}, 64 x 64 tiles) allocated {peak / 2**20:.1f} MiB at "
              f"peak; the full score matrix is {T * T * 8 / 2**20:.0f} MiB. Work tile by tile "
              "and never build a T x S array.")
@@ -134,9 +130,9 @@ def check_sliding_window_attention(sliding_window_attention):
         q, k, v = g.standard_normal((3, *shape))
         T = shape[-2]
         what = f"sliding_window_attention (T={T}, window={window})"
-        out = to_numpy(call(sliding_window_attention, q, k, v, window, what=what), what)
+        out = call(sliding_window_attention, q, k, v, window=window, what=what)
         expected = ref.scaled_dot_product_attention(q, k, v, ref.sliding_window_mask(T, window))
-        assert_close(out, expected, what, **F64,
+        assert_close(to_numpy(out, what), expected, what, **tolerance(out, f64=F64, f32=F32),
                      hint="Query i sees keys i - window + 1 .. i (clipped at 0): window keys, "
                           "itself included.")
 
@@ -148,7 +144,7 @@ def check_sliding_window_memory(sliding_window_attention):
     T, D, W = 4096, 8, 8
     q, k, v = g.standard_normal((3, T, D))
     what = "sliding_window_attention (T = 4096, window = 8)"
-    out, peak = _peak_bytes(sliding_window_attention, q, k, v, W, what=what)
+    out, peak = measure(sliding_window_attention, q, k, v, W, what=what)
     _assert_correct_for_memory(out, _reference_by_rows(q, k, v, ref.sliding_window_mask(T, W)), what)
     if peak > T * T * 8 // 8:
         fail(f"sliding_window_attention (T = {T}, window = {W}) allocated {peak / 2**20:.1f} MiB "

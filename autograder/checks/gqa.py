@@ -89,8 +89,10 @@ def check_grouped_query_attention_torch(gqa_torch):
         mask = tref.causal_mask(q_shape[-2], kv_shape[-2]) if causal else None
         what = f"grouped_query_attention_torch (q {tuple(q_shape)}, k/v {tuple(kv_shape)})"
         qs, ks, vs = (t.clone().requires_grad_(True) for t in (q, k, v))
-        out = call(gqa_torch, qs, ks, vs, mask, what=what, forbid_sdpa=True, copy_inputs=False)
+        out = call(gqa_torch, qs, ks, vs, mask=mask, what=what, copy_inputs=False)
         got = to_numpy(out, what, kind="torch")
+        if not isinstance(out, torch.Tensor):
+            fail(f"{what} must return a torch.Tensor, got {type(out).__name__}.")
         if out.dtype != torch.float32:
             fail(f"{what}: float32 inputs must give a float32 output, got {out.dtype}.")
         qr, kr, vr = (t.clone().requires_grad_(True) for t in (q, k, v))

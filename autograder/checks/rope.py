@@ -7,8 +7,8 @@ rtol 1e-7, atol 1e-9 (a few float64 sin/cos per entry); conceptual numbers rtol 
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_close, assert_number, call, expect_value_error, fail,
-                      hidden_test, rng, to_numpy)
+from ._common import (assert_close, assert_number, call, call_keeping_args,
+                      expect_value_error, fail, hidden_test, rng, to_numpy)
 
 FREQ_TOL = dict(rtol=1e-9, atol=0.0)
 ROPE_TOL = dict(rtol=1e-7, atol=1e-9)
@@ -40,11 +40,23 @@ def check_apply_rope(apply_rope):
         head_dim = x.shape[-1]
         inv_freq = ref.rope_inv_freq(head_dim, 10000.0)
         what = f"apply_rope ({label}, x of shape {x.shape})"
-        out = to_numpy(call(apply_rope, x, positions, inv_freq, what=what), what)
+        out = to_numpy(call(apply_rope, x, positions=positions, inv_freq=inv_freq, what=what), what)
         expected = ref.apply_rope(x, positions, inv_freq, interleaved=True)
         assert_close(out, expected, what, **ROPE_TOL,
                      hint="Check the pair layout: pair i is (x[..., 2i], x[..., 2i+1]), "
                           "rotated by position * inv_freq[i].")
+    _check_input_unchanged(apply_rope)
+
+
+def _check_input_unchanged(apply_rope):
+    """The task says "do not modify x": the caller's array must be the same afterwards."""
+    x = rng(103).standard_normal((2, 5, 8))
+    inv_freq = ref.rope_inv_freq(8, 10000.0)
+    what = "apply_rope (x must not be modified)"
+    _, after = call_keeping_args(apply_rope, x, positions=np.arange(3, 8), inv_freq=inv_freq,
+                                 what=what)
+    if not np.array_equal(np.asarray(after[0]), x):
+        fail("apply_rope changed its input x; return a new array and leave x as it was.")
 
 
 @hidden_test
@@ -54,19 +66,26 @@ def check_apply_rope_relative(apply_rope):
     head_dim = 16
     inv_freq = ref.rope_inv_freq(head_dim, 10000.0)
     q, k = g.standard_normal((2, head_dim))
-    scores = []
-    for m, n in [(0, 5), (10, 15), (237, 242), (1000, 1005)]:
-        what = "apply_rope (relative-position property)"
-        rq = to_numpy(call(apply_rope, q[None], np.array([m]), inv_freq, what=what), what)[0]
-        rk = to_numpy(call(apply_rope, k[None], np.array([n]), inv_freq, what=what), what)[0]
-        scores.append(float(rq @ rk))
-    if max(scores) - min(scores) > 1e-8 * max(1.0, max(abs(s) for s in scores)):
+    q[4:6] = 0.0  # one pair of zeros: its rotation is zero, not NaN
+    what = "apply_rope (relative-position property)"
+
+    def rotate(x, position):
+        out = call(apply_rope, x[None], positions=np.array([position]), inv_freq=inv_freq, what=what)
+        return to_numpy(out, what)[0]
+
+    scores = [float(rotate(q, m) @ rotate(k, n))
+              for m, n in [(0, 5), (10, 15), (237, 242), (1000, 1005)]]
+    spread = max(scores) - min(scores)
+    # written so that a NaN score fails too (every comparison with NaN is False)
+    if not spread <= 1e-8 * max(1.0, max(abs(s) for s in scores)):
         fail("apply_rope: the score <RoPE(q, m), RoPE(k, n)> changes when m and n are shifted "
              "by the same amount; a rotation by position * inv_freq must depend only on n - m.")
+    rq = rotate(q, 77)
     norms_in = np.linalg.norm(q)
-    rq = to_numpy(call(apply_rope, q[None], np.array([77]), inv_freq, what=what), what)[0]
-    if abs(np.linalg.norm(rq) - norms_in) > 1e-9 * norms_in:
+    if not abs(np.linalg.norm(rq) - norms_in) <= 1e-9 * norms_in:
         fail("apply_rope: a rotation must keep the vector's length.")
+    if not np.all(rq[4:6] == 0.0):
+        fail("apply_rope: a pair of zeros must stay zeros after the rotation.")
 
 
 @hidden_test
