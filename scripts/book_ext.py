@@ -24,6 +24,9 @@
    one MyST-NB computes: a changed chapter re-executes, an unchanged one does not. A chapter
    that fails is not cached; Sphinx runs it again itself and reports the failing cell (warning,
    traceback, ``reports/<page>.err.log``) as it always did.
+5. The API reference (``api.md``) documents each name once. Both backends re-export the
+   functions of ``transformer_ref.counts``; autodoc would list them under each backend as well
+   as under ``counts``, so they are skipped in the backend sections.
 """
 
 import os
@@ -221,8 +224,33 @@ def execute_in_parallel(app, env, docnames):
     LOGGER.info(f"parallel execution took {time.perf_counter() - start:.1f} s")
 
 
+SHARED_MODULE = "transformer_ref.counts"
+BACKENDS = ("transformer_ref.numpy", "transformer_ref.torch")
+
+
+def note_documented_module(app, what, name, obj, options, lines):
+    """``autodoc-process-docstring``: remember which module autodoc is documenting.
+
+    autodoc processes a module's own docstring before it filters the module's members, so
+    ``skip_shared_members`` sees the module whose members are being chosen.
+    """
+    if what == "module":
+        app.env.temp_data["api_module"] = name
+
+
+def skip_shared_members(app, what, name, obj, skip, options):
+    """``autodoc-skip-member``: a backend's re-export of ``counts`` is documented under counts."""
+    if (app.env.temp_data.get("api_module") in BACKENDS
+            and getattr(obj, "__module__", None) == SHARED_MODULE):
+        return True
+    return None
+
+
 def setup(app):
     disable_thebe(app)
+    app.setup_extension("sphinx.ext.autodoc")  # its events are connected to below
+    app.connect("autodoc-process-docstring", note_documented_module)
+    app.connect("autodoc-skip-member", skip_shared_members)
     app.connect("env-before-read-docs", execute_in_parallel)
     app.connect("html-page-context", add_ipynb_download, priority=400)
     app.connect("html-page-context", fix_animations, priority=400)

@@ -85,7 +85,7 @@ def test_every_toc_page_was_built():
     missing = [doc for doc in ALL_DOCS if not page(doc).is_file()]
     assert not missing, f"pages in _toc.yml without built HTML: {missing}"
     assert set(TOC) == {None, "Chapters", "Exercises", "Reference"}
-    assert TOC["Reference"] == ["glossary", "bibliography"]
+    assert TOC["Reference"] == ["glossary", "bibliography", "api"]
 
 
 def test_no_notebook_failed_to_execute():
@@ -203,6 +203,28 @@ def test_bibliography_lists_every_entry_of_references_bib():
     text = article("bibliography").get_text(" ").lower()
     for title in ["Attention is all you need", "RoFormer", "Fast transformer decoding"]:
         assert title.lower() in text
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_api_page_documents_every_public_name_of_both_backends(backend):
+    """api.md (autodoc): each backend's ``__all__`` with its docstring; counts once, under counts."""
+    import importlib
+
+    module = importlib.import_module(f"transformer_ref.{backend}")
+    counts = importlib.import_module("transformer_ref.counts")
+    entries = {dt["id"]: dt for dt in article("api").select("dl.py > dt[id]")}
+    for name in ["apply_rope", "flash_attention", "grouped_query_attention", "KVCache"]:
+        assert f"transformer_ref.{backend}.{name}" in entries, f"{backend}.{name} not on the API page"
+    own = [name for name in module.__all__ if name not in counts.__all__]
+    missing = [name for name in own if f"transformer_ref.{backend}.{name}" not in entries]
+    assert not missing, f"public names of transformer_ref.{backend} missing from api.html: {missing}"
+    missing = [name for name in counts.__all__ if f"transformer_ref.counts.{name}" not in entries]
+    assert not missing, f"transformer_ref.counts names missing from api.html: {missing}"
+    repeated = [name for name in counts.__all__ if f"transformer_ref.{backend}.{name}" in entries]
+    assert not repeated, f"counts re-exports listed again under {backend}: {repeated}"
+    for name in own:
+        docstring = entries[f"transformer_ref.{backend}.{name}"].find_next_sibling("dd")
+        assert docstring is not None and len(docstring.get_text(strip=True)) > 20, name
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
