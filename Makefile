@@ -6,6 +6,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-lock
+TRITON_STAMP := $(VENV)/.installed-triton
 
 .PHONY: book test test-fast lint venv bench clean help
 
@@ -25,10 +26,16 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	cp requirements.lock $(STAMP)
 
+# The Triton backend (~1 GB, requirements-triton.lock) is for the tests only, never the book:
+# installed on top of the pinned stack, again only when its lock file has changed.
+$(TRITON_STAMP): requirements-triton.lock $(STAMP)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-triton.lock
+	cp requirements-triton.lock $(TRITON_STAMP)
+
 book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
-test: book
+test: book $(TRITON_STAMP)
 	$(BIN)/python -m pytest
 
 # No book build, no browser, no end-to-end grading (the `slow` marker): under a minute and a half.
