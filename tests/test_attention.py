@@ -264,3 +264,95 @@ def test_bad_shapes_name_the_argument(backend, make):
     for call, name in cases:
         with pytest.raises(ValueError, match=f"^{name}"):
             call()
+
+
+# --------------------------------------------------------------------------
+# Contracts that once broke: S < T, integer masks, scale, no keys, integer input
+# --------------------------------------------------------------------------
+BACKENDS = [(ref, np.asarray), (tref, torch.as_tensor)]
+IDS = ["numpy", "torch"]
+
+
+def test_sdpa_with_s_less_than_t_matches_pytorch_lower_right_and_flash(rng):
+    q, k, v = (torch.tensor(rng.standard_normal(s)) for s in [(2, 3, 6, 8), (2, 3, 4, 8), (2, 3, 4, 8)])
+    out = tref.scaled_dot_product_attention(q, k, v, tref.causal_mask(6, 4))
+    assert (out[..., :2, :] == 0).all()  # queries before the first key see nothing: zeros, not NaN
+    with pytest.warns(UserWarning):  # PyTorch warns (and gives NaN rows on some kernels) for T > S
+        bias = causal_lower_right(6, 4)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(out[..., 2:, :], expected[..., 2:, :])
+    torch.testing.assert_close(tref.flash_attention(q, k, v, causal=True), out)
+    np.testing.assert_allclose(ref.scaled_dot_product_attention(q.numpy(), k.numpy(), v.numpy(),
+                                                                ref.causal_mask(6, 4)), out.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("backend, make", BACKENDS, ids=IDS)
+def test_integer_masks_are_rejected_not_added(backend, make):
+    # An int 0/1 mask used to be *added* to the scores (treated as additive): a silent wrong answer.
+    q = make(np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match="^mask"):
+        backend.scaled_dot_product_attention(q, q, q, make(np.tril(np.ones((3, 3), dtype=np.int64))))
+
+
+@pytest.mark.parametrize("backend, make", BACKENDS, ids=IDS)
+@pytest.mark.parametrize("scale", ["0.5", True, float("nan"), None, 0.25])
+def test_scale_is_validated(backend, make, scale, rng):
+    q = make(rng.standard_normal((2, 3, 4)))
+    if scale is None or scale == 0.25:
+        out = backend.scaled_dot_product_attention(q, q, q, scale=scale)
+        expected = F.scaled_dot_product_attention(*(torch.as_tensor(np.asarray(q)),) * 3, scale=scale)
+        np.testing.assert_allclose(np.asarray(out), expected.numpy(), atol=1e-12)
+    else:  # a string gave "could not convert string to float" (flash: numpy's TypeError); True meant 1.0
+        for call in (backend.scaled_dot_product_attention, backend.flash_attention):
+            with pytest.raises(ValueError, match="^scale"):
+                call(q, q, q, scale=scale)
+        with pytest.raises(ValueError, match="^scale"):
+            backend.sliding_window_attention(q, q, q, 2, scale=scale)
+
+
+@pytest.mark.parametrize("backend, make", BACKENDS, ids=IDS)
+def test_no_keys_gives_zero_output(backend, make, rng):
+    # S = 0: every query attends to nothing, so the output is zeros (as for a fully masked row).
+    # NumPy raised "zero-size array to reduction operation", torch an IndexError.
+    q = make(rng.standard_normal((2, 3, 4)))
+    k = make(np.zeros((2, 0, 4)))
+    out = backend.scaled_dot_product_attention(q, k, make(np.zeros((2, 0, 5))))
+    assert tuple(out.shape) == (2, 3, 5) and not np.asarray(out).any()
+    assert tuple(backend.softmax(make(np.zeros((3, 0)))).shape) == (3, 0)
+
+
+def test_numpy_softmax_still_takes_integer_scores():
+    np.testing.assert_allclose(ref.softmax(np.array([[1, 2, 3]], dtype=np.int8)),
+                               torch.softmax(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64), -1).numpy())
+
+
+@pytest.mark.parametrize("backend, make", BACKENDS, ids=IDS)
+def test_softmax_bad_axis_is_a_value_error(backend, make):
+    # was IndexError (torch), AxisError and TypeError (NumPy) from deep inside the library
+    for axis in (2, -3, 1.0, True):
+        with pytest.raises(ValueError, match="^axis"):
+            backend.softmax(make(np.zeros((2, 3))), axis=axis)
+    np.testing.assert_allclose(np.asarray(backend.softmax(make(np.zeros((2, 3))), axis=np.int64(0))), 0.5)
+
+
+def test_numpy_additive_mask_keeps_float32(rng):
+    q = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    add = ref.additive_mask(ref.causal_mask(4))  # float64, as documented
+    out = ref.scaled_dot_product_attention(q, q, q, add)
+    assert out.dtype == np.float32  # was float64: the additive mask upcast the scores
+    np.testing.assert_allclose(out, ref.scaled_dot_product_attention(q, q, q, ref.causal_mask(4)), rtol=1e-6)
+
+
+def test_torch_integer_inputs_give_floats_like_numpy():
+    # tref.softmax(tensor([1, 2, 3])) returned tensor([0, 0, 0]); flash_attention rejected integers
+    x = np.array([[[1, 2, 3, 4], [0, -1, 2, 5]]])
+    t = torch.tensor(x)
+    pairs = [
+        (tref.softmax(t), ref.softmax(x)),
+        (tref.scaled_dot_product_attention(t, t, t), ref.scaled_dot_product_attention(x, x, x)),
+        (tref.flash_attention(t, t, t), ref.flash_attention(x, x, x)),
+        (tref.sliding_window_attention(t, t, t, 1), ref.sliding_window_attention(x, x, x, 1)),
+    ]
+    for out, expected in pairs:
+        assert out.dtype == torch.float32
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)

@@ -519,3 +519,66 @@ def test_module_validation():
         block(torch.zeros(1, 2, 8), memory=torch.zeros(1, 3, 8))
     with pytest.raises(ValueError, match="^memory"):
         tref.TransformerBlock(8, 2, cross_attention=True)(torch.zeros(1, 2, 8))
+
+
+# --- contracts that once broke: norm weights, half precision, positions layout, integer input -----
+
+@pytest.mark.parametrize("backend, make", [(ref, np.asarray), (tref, torch.as_tensor)], ids=["numpy", "torch"])
+@pytest.mark.parametrize("shape", [(5, 16), (2, 5, 16), (1, 16)])
+def test_norm_weights_must_be_vectors(backend, make, shape):
+    # weight (T, C) used to broadcast silently (or fail with a RuntimeError in torch)
+    x = make(np.ones((2, 5, 16)))
+    with pytest.raises(ValueError, match="^weight"):
+        backend.layer_norm(x, make(np.ones(shape)), None)
+    with pytest.raises(ValueError, match="^bias"):
+        backend.layer_norm(x, make(np.ones(16)), make(np.ones(shape)))
+    with pytest.raises(ValueError, match="^weight"):
+        backend.rms_norm(x, make(np.ones(shape)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_norms_do_not_overflow(dtype):
+    # |x| = 300: x^2 = 90,000 overflows float16 (max 65,504), so the old fp16 statistics gave
+    # rsqrt(inf) = 0 and an all-zero output. nn.LayerNorm / F.rms_norm reduce in float32.
+    x = torch.full((2, 4, 16), 300.0, dtype=dtype)
+    x[..., ::2] = -300.0
+    w, b = torch.linspace(0.5, 1.5, 16), torch.linspace(-1, 1, 16)
+    ln = tref.layer_norm(x, w, b)
+    rms = tref.rms_norm(x, w)
+    assert ln.dtype == dtype and rms.dtype == dtype
+    torch.testing.assert_close(ln, F.layer_norm(x.float(), (16,), w, b, 1e-5).to(dtype))
+    torch.testing.assert_close(rms, F.rms_norm(x.float(), (16,), w, 1e-6).to(dtype))
+    x.requires_grad_(True)
+    tref.rms_norm(x, w).float().sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("backend, make", [(ref, np.asarray), (tref, torch.as_tensor)], ids=["numpy", "torch"])
+def test_block_positions_follow_x_layout(backend, make, rng):
+    # positions (B, T) for x (B, T, C) used to be matched against q's (B, H, T) dims: an error
+    # when B != H and, when B == H, sequence b silently rotated with head h = b's positions.
+    B = H = 2
+    T, C = 5, 16
+    params = ref.init_block_params(C, H, seed=3)
+    params = {key: value + rng.normal(0.0, 0.1, value.shape) for key, value in params.items()}
+    x = rng.standard_normal((B, T, C))
+    positions = np.stack([np.arange(T) + 7, np.arange(T) * 3])  # (B, T)
+    mask = backend.causal_mask(T)
+    for fn in (backend.multi_head_attention, backend.transformer_block):
+        kwargs = dict(mask=mask, rope=True)
+        both = fn(make(x), params, H, positions=make(positions), **kwargs)
+        for b in range(B):
+            alone = fn(make(x[b]), params, H, positions=make(positions[b]), **kwargs)
+            np.testing.assert_allclose(np.asarray(both[b]), np.asarray(alone), atol=1e-12)
+
+
+def test_torch_integer_norm_inputs_give_floats_like_numpy():
+    # integer x used to be normalised back into integers
+    x = np.array([[1, 2, 3, 4], [0, -1, 2, 5]])
+    pairs = [
+        (tref.layer_norm(torch.tensor(x), np.ones(4), np.zeros(4)), ref.layer_norm(x, np.ones(4), np.zeros(4))),
+        (tref.rms_norm(torch.tensor(x), np.ones(4)), ref.rms_norm(x, np.ones(4))),
+    ]
+    for out, expected in pairs:
+        assert out.dtype == torch.float32
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)

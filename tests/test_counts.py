@@ -213,3 +213,16 @@ def test_counts_are_exact_python_ints():
     assert type(counts.attention_flops(10**6, head_dim=128, n_heads=64, causal=True)) is int
     assert counts.attention_flops(10**6, head_dim=1, causal=True) == 4 * (10**6 * (10**6 + 1) // 2)
     assert np.int64(total) == total
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: counts.model_param_count(100, 64, 2, 4, bias="no"), "bias"),
+    (lambda: counts.model_param_count(100, 64, 2, 4, tied_embeddings=None), "tied_embeddings"),
+    (lambda: counts.block_param_count(64, 4, cross_attention="yes"), "cross_attention"),
+    (lambda: ref.init_block_params(64, 4, bias="False"), "bias"),
+    (lambda: counts.attention_flops(8, causal="yes"), "causal"),
+])
+def test_flags_must_be_booleans(call, name):
+    # bias="no" used to count the biases (a truthy string): a silently wrong parameter count
+    with pytest.raises(ValueError, match=f"^{name}"):
+        call()

@@ -270,3 +270,26 @@ def test_model_validation():
         seq2seq(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="^max_new_tokens"):
         seq2seq.generate(torch.zeros(1, 3, dtype=torch.long), 0, 4)
+
+
+def test_models_reject_out_of_vocabulary_tokens():
+    torch.manual_seed(0)
+    model = tref.DecoderOnlyModel(10, 16, 1, 4, 8)
+    for bad in (torch.full((1, 3), 10), torch.full((1, 3), -1)):  # IndexError inside nn.Embedding before
+        with pytest.raises(ValueError, match="^tokens"):
+            model(bad)
+    with pytest.raises(ValueError, match="^prompt"):
+        model.generate(torch.full((1, 2), 11), 2)
+    seq2seq = tref.EncoderDecoderModel(10, 12, 16, 1, 4, 8)
+    with pytest.raises(ValueError, match="^src"):
+        seq2seq(torch.full((1, 3), 10), torch.zeros(1, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="^tgt_in"):
+        seq2seq(torch.zeros(1, 3, dtype=torch.long), torch.full((1, 2), 12))
+    with pytest.raises(ValueError, match="^bos"):
+        seq2seq.generate(torch.zeros(1, 3, dtype=torch.long), 12, 2)
+
+
+def test_decoder_model_names_d_model_when_heads_do_not_divide_it():
+    # d_model = 16, n_heads = 3: the error used to read "head_dim must be even for RoPE, got 5"
+    with pytest.raises(ValueError, match=r"^d_model \(16\) must be divisible by n_heads \(3\)"):
+        tref.DecoderOnlyModel(10, 16, 1, 3, 8)

@@ -141,3 +141,14 @@ def test_bad_mask_arguments_name_the_argument(backend):
     for call, name in cases:
         with pytest.raises(ValueError, match=f"^{name}"):
             call()
+
+
+@pytest.mark.parametrize("backend", [ref, tref], ids=["numpy", "torch"])
+def test_causal_and_window_masks_accept_fewer_keys_than_queries(backend):
+    # query i sees key j iff j <= i + S - T, for any T and S. S < T used to raise, so
+    # flash_attention(causal=True) with S < T had no reference mask to compare to.
+    T, S = 5, 3
+    expected = np.array([[j <= i + S - T for j in range(S)] for i in range(T)])
+    np.testing.assert_array_equal(np.asarray(backend.causal_mask(T, S)), expected)
+    window = np.array([[i + S - T - 2 < j <= i + S - T for j in range(S)] for i in range(T)])
+    np.testing.assert_array_equal(np.asarray(backend.sliding_window_mask(T, 2, S)), window)

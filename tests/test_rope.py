@@ -434,3 +434,11 @@ def test_apply_rope_rejects_bad_shapes(backend, make):
         backend.apply_rope(make((2, 4, 8)), np.zeros((3, 2, 4), dtype=int))  # would grow the batch
     with pytest.raises(ValueError, match="^inv_freq"):
         backend.apply_rope(make((2, 4, 8)), np.arange(4), np.ones(3))
+
+
+def test_torch_apply_rope_of_integers_gives_floats_like_numpy():
+    # integer x used to be rotated and rounded back to integers
+    x = np.array([[1, 2, 3, 4], [0, -1, 2, 5]])
+    out = tref.apply_rope(torch.tensor(x), torch.arange(2))
+    assert out.dtype == torch.float32
+    np.testing.assert_allclose(out.numpy(), ref.apply_rope(x, np.arange(2)), rtol=1e-5, atol=1e-6)

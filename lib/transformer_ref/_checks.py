@@ -39,6 +39,7 @@ __all__ = [
     "check_vector",
     "check_norm_eps",
     "check_memory",
+    "cache_offset",
     "cross_attention_params",
 ]
 
@@ -259,6 +260,16 @@ def check_memory(memory, d_model):
     shape = check_ndim("memory", memory, 2)
     if shape[-1] != d_model:
         raise ValueError(f"memory must have the model width {d_model} as last dimension, got shape {shape}")
+
+
+def cache_offset(cache, layer_idx):
+    """The number of positions a KV ``cache`` holds for layer ``layer_idx`` (0 without a cache)."""
+    if cache is None:
+        return 0
+    layer_idx = check_int("layer_idx", layer_idx, minimum=0)
+    if layer_idx >= cache.n_layers:
+        raise ValueError(f"layer_idx must be < cache.n_layers={cache.n_layers}, got {layer_idx}")
+    return cache.length(layer_idx)
 
 
 def cross_attention_params(params, memory):

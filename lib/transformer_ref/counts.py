@@ -30,6 +30,8 @@ FFN_TYPES = ("gelu", "swiglu")
 def default_d_ff(d_model, ffn="gelu", multiple_of=256):
     """The FFN hidden width ``F`` used when ``d_ff`` is not given.
 
+    Taught in chapter 4, section 'The position-wise feed-forward network'.
+
     * ``ffn="gelu"``: ``F = 4 C`` (the original Transformer, BERT, GPT-2).
     * ``ffn="swiglu"``: Meta's Llama rule: a SwiGLU FFN has three matrices instead of
       two, so the width is shrunk to ``2/3 * 4C`` to keep the parameter count near
@@ -65,6 +67,8 @@ def _block_dims(d_model, n_heads, d_ff, n_kv_heads, ffn, norm):
 def block_param_shapes(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True, ffn="gelu",
                        norm="layernorm", cross_attention=False):
     """The parameter dict of one block, as ``{key: shape}`` (what ``init_block_params`` fills).
+
+    Taught in chapter 4, section 'Counting the parameters'.
 
     Keys, in order (``*_bias`` / ``b*`` only when ``bias=True``; no ``ln*_bias`` for RMSNorm):
 
@@ -116,6 +120,8 @@ def block_param_count(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True
                       norm="layernorm", cross_attention=False):
     """Exact number of parameters of one transformer block.
 
+    Taught in chapter 4, section 'Counting the parameters'.
+
     With ``D = C / H`` (so ``H D = C``) and ``b = 1`` if ``bias`` else ``0``::
 
         attention = 2 C^2 + 2 C (H_kv D)        (wq, wo; wk, wv)
@@ -150,6 +156,8 @@ def model_param_count(vocab_size, d_model, n_layers, n_heads, d_ff=None, *, n_kv
                       tied_embeddings=True):
     """Exact parameter count of a stack of identical blocks with embeddings.
 
+    Taught in chapter 4, section 'Counting the parameters'.
+
     ::
 
         total = V C                           token embedding
@@ -179,6 +187,8 @@ def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch_size=1, bytes_
 
         2 (K and V) * n_layers * n_kv_heads * head_dim * seq_len * batch_size * bytes_per_element
 
+    Taught in chapter 2, section 'How big is the KV cache?'.
+
     Llama-2-70B (80 layers, 8 KV heads, D = 128) in fp16: 327,680 bytes per token;
     with 64 KV heads (plain multi-head attention) it would be 2,621,440.
     """
@@ -201,6 +211,8 @@ def attention_score_bytes(T, S=None, *, n_heads=1, batch_size=1, bytes_per_eleme
     """Bytes of the materialised score (or weight) matrix of naive attention::
 
         batch_size * n_heads * T * S * bytes_per_element        (S defaults to T)
+
+    Taught in chapter 6, section 'How big is the wall?'.
 
     A causal mask does not shrink it: the naive kernel still stores all T x S
     entries.  For T = S = 100,000 one head of one layer holds 10^10 scores, 40 GB in float32.
@@ -225,6 +237,8 @@ def attention_flops(T, S=None, head_dim=64, *, n_heads=1, batch_size=1, causal=F
     """Floating-point operations of the two attention matmuls (QK^T and PV)::
 
         4 * batch_size * n_heads * pairs * head_dim
+
+    Taught in chapter 6, section 'How big is the wall?'.
 
     counting a multiply-add as 2 FLOPs: each (query, key) pair costs ``2 D`` in QK^T and
     ``2 D`` in PV.  ``pairs = T S`` (``S`` defaults to ``T``); with ``causal=True`` only the

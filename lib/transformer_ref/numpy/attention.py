@@ -13,7 +13,9 @@ __all__ = ["softmax", "scaled_dot_product_attention", "repeat_kv", "grouped_quer
 
 
 def softmax(x, axis=-1):
-    """Numerically stable softmax along ``axis``.
+    r"""Numerically stable softmax along ``axis``.
+
+    Taught in chapter 3, section '$-\infty$ before the softmax, exact zeros after it'.
 
     ``softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m)`` with ``m = max_k x_k``
     (subtracting the max changes nothing mathematically but keeps ``exp`` from
@@ -32,7 +34,9 @@ def softmax(x, axis=-1):
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weights=False):
-    """``softmax(q k^T * scale + mask) v`` with boolean or additive masks.
+    r"""``softmax(q k^T * scale + mask) v`` with boolean or additive masks.
+
+    Taught in chapter 3, section '$-\infty$ before the softmax, exact zeros after it'.
 
     q: ``(..., H, T, D)``, k: ``(..., H, S, D)``, v: ``(..., H, S, Dv)``.
     mask: ``None``, boolean (True = may attend) or float (added to the scores,
@@ -61,6 +65,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weigh
 def repeat_kv(x, n_rep):
     """Repeat each KV head ``n_rep`` times: ``(..., H_kv, S, D) -> (..., H_kv * n_rep, S, D)``.
 
+    Taught in chapter 2, section 'The head mapping: repeat-interleave'.
+
     Repeat-interleave: output head ``h`` is input head ``h // n_rep``, so the
     ``n_rep`` query heads of one group are adjacent (as in Llama and
     ``torch.repeat_interleave``).
@@ -74,8 +80,10 @@ def repeat_kv(x, n_rep):
 def grouped_query_attention(q, k, v, mask=None, *, scale=None):
     """Grouped-query attention (Ainslie et al. 2023).
 
+    Taught in chapter 2, section 'Three ways to share keys and values'.
+
     q: ``(..., H_q, T, D)``, k: ``(..., H_kv, S, D)``, v: ``(..., H_kv, S, Dv)``
-    with ``H_q`` divisible by ``H_kv``; query head ``h`` uses KV head
+    (the same batch dims ``...``) with ``H_q`` divisible by ``H_kv``; query head ``h`` uses KV head
     ``h // (H_q / H_kv)``. ``H_kv = H_q`` is multi-head attention, ``H_kv = 1``
     multi-query attention. mask and scale as in
     :func:`scaled_dot_product_attention`. Returns ``(..., H_q, T, Dv)``.

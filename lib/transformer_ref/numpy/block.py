@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from .._checks import (ACTIVATIONS, check_choice, check_divisible, check_int, check_memory, check_ndim,
+from .._checks import (ACTIVATIONS, cache_offset, check_choice, check_divisible, check_int, check_memory, check_ndim,
                        check_norm_eps, check_positive_float, check_vector, cross_attention_params)
 from ..counts import block_param_shapes
 from .attention import grouped_query_attention
@@ -64,6 +64,8 @@ def _linear(x, params, w_key, b_key):
 def layer_norm(x, weight, bias, eps=1e-5):
     """LayerNorm over the last axis, with the biased (1/C) variance as in PyTorch.
 
+    Taught in chapter 4, section 'LayerNorm and RMSNorm'.
+
     ``x (..., C)``, ``weight (C,)``, ``bias (C,)`` or ``None``::
 
         y = (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * weight + bias
@@ -86,6 +88,8 @@ def layer_norm(x, weight, bias, eps=1e-5):
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm (Zhang & Sennrich 2019; Llama) over the last axis: no centring, no bias.
 
+    Taught in chapter 4, section 'LayerNorm and RMSNorm'.
+
     ``x (..., C)``, ``weight (C,)``::
 
         y = x / sqrt(mean(x^2) + eps) * weight
@@ -100,6 +104,8 @@ def rms_norm(x, weight, eps=1e-6):
 
 def gelu(x, approximate="none"):
     """Gaussian Error Linear Unit (Hendrycks & Gimpel 2016), elementwise, any shape.
+
+    Taught in chapter 4, section 'The position-wise feed-forward network'.
 
     * ``approximate="none"``: ``x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2)))`` (exact);
     * ``approximate="tanh"``: ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`` (GPT-2).
@@ -123,6 +129,8 @@ def _activation(x, activation):
 def feed_forward(x, params, activation="gelu"):
     """Position-wise FFN: ``act(x @ w1 + b1) @ w2 + b2``.
 
+    Taught in chapter 4, section 'The position-wise feed-forward network'.
+
     ``x (..., T, C)``, ``w1 (C, F)``, ``w2 (F, C)`` (biases optional); ``activation`` is
     ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"relu"``.  Returns ``(..., T, C)``.
     """
@@ -138,6 +146,8 @@ def _silu(x):
 
 def swiglu_feed_forward(x, params):
     """SwiGLU FFN (Shazeer 2020; Llama): ``(silu(x @ w1) * (x @ w3)) @ w2``.
+
+    Taught in chapter 4, section 'The position-wise feed-forward network'.
 
     ``x (..., T, C)``, ``w1 (C, F)`` gate, ``w3 (C, F)`` up, ``w2 (F, C)`` down (biases
     ``b1, b3, b2`` optional); ``silu(z) = z * sigmoid(z)``.  Returns ``(..., T, C)``.
@@ -198,15 +208,17 @@ def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=N
     return _linear(_merge_heads(out), params, "wo", "bo")
 
 
-def _default_positions(x, cache, layer_idx):
-    """``offset + arange(T)``; the offset is what the cache holds for this layer (0 without a cache)."""
-    offset = 0 if cache is None else cache.length(layer_idx)
-    return np.arange(offset, offset + x.shape[-2])
+def _positions(x, positions, cache, layer_idx):
+    """``positions``, by default ``offset + arange(T)`` with ``offset`` what the cache holds for ``layer_idx``."""
+    offset = cache_offset(cache, layer_idx)  # 0 without a cache; also validates layer_idx against the cache
+    return np.arange(offset, offset + x.shape[-2]) if positions is None else positions
 
 
 def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=None, *, positions=None,
                          cache=None, layer_idx=0):
     """Multi-head self-attention with optional GQA/MQA, RoPE and a KV cache.
+
+    Taught in chapter 2, section 'Incremental decoding with a KV cache'.
 
     ``x (..., T, C)``; ``params`` holds ``wq (C, H*D)``, ``wk, wv (C, H_kv*D)``,
     ``wo (H*D, C)`` and optional biases ``bq, bk, bv, bo``.  ``n_kv_heads=None`` reads
@@ -227,8 +239,7 @@ def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=No
     """
     x = np.asarray(x)
     check_ndim("x", x, 2)
-    if positions is None:
-        positions = _default_positions(x, cache, layer_idx)
+    positions = _positions(x, positions, cache, layer_idx)
     return _attend(x, x, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
 
 
@@ -242,6 +253,8 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
                       norm="layernorm", rope=None, positions=None, memory=None, memory_mask=None,
                       eps=None, activation="gelu", cache=None, layer_idx=0):
     """One transformer block, pre-norm (default) or post-norm.
+
+    Taught in chapter 4, section 'Two ways to put the pieces together'.
 
     ``x (..., T, C)``; ``params`` as from :func:`init_block_params`.  Sublayers:
     self-attention (``mask``, ``n_kv_heads``, ``rope``, ``positions``, ``cache``,
@@ -261,8 +274,7 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
     check_choice("norm_position", norm_position, ("pre", "post"))
     eps = check_norm_eps(norm, eps)
     cross_params = cross_attention_params(params, memory)
-    if positions is None:
-        positions = _default_positions(x, cache, layer_idx)
+    positions = _positions(x, positions, cache, layer_idx)
 
     def self_attention(h):
         return _attend(h, h, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
@@ -293,6 +305,8 @@ def _cross_attention(x, memory, params, n_heads, memory_mask=None):
 def init_block_params(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True, ffn="gelu",
                       norm="layernorm", seed=0, cross_attention=False):
     """Random parameters of one block as a dict of float64 arrays (GPT-2-style init).
+
+    Taught in chapter 4, section 'Two ways to put the pieces together'.
 
     Weight matrices ~ Normal(0, 0.02); biases 0; norm weights 1 and norm biases 0.
     Keys and shapes: :func:`transformer_ref.counts.block_param_shapes` (``ln1_*``,

@@ -20,6 +20,8 @@ def cross_attention(x, memory, params, n_heads, memory_mask=None):
     """Multi-head cross-attention: queries from ``x (..., T, C)``, keys and values from
     ``memory (..., S, C)``.
 
+    Taught in chapter 5, section 'Cross-attention'.
+
     ``params`` holds the unprefixed ``wq (C, H*D)``, ``wk, wv (C, H_kv*D)``, ``wo (H*D, C)``
     and optional ``bq, bk, bv, bo`` (a block stores them as ``cross_wq``...); ``H_kv`` is
     read off ``wk``.  ``memory_mask``: boolean (True = may attend), broadcastable to

@@ -27,6 +27,8 @@ def _query_key_offsets(T, S):
 def causal_mask(T, S=None):
     """Bottom-right causal mask, bool ``(T, S)``: ``mask[i, j] = j <= i + S - T``.
 
+    Taught in chapter 3, section 'What a decoder must not see'.
+
     ``S`` defaults to ``T`` (the lower triangle incl. the diagonal). If ``S < T``
     the first ``T - S`` rows are all False.
     """
@@ -35,6 +37,8 @@ def causal_mask(T, S=None):
 
 def sliding_window_mask(T, window, S=None):
     """Causal sliding-window mask, bool ``(T, S)``.
+
+    Taught in chapter 6, section 'Sliding-window attention'.
 
     Query ``i`` (absolute position ``p = i + S - T``) sees the ``window`` keys
     ``p - window < j <= p``, itself included; ``window >= 1``. With
@@ -47,6 +51,8 @@ def sliding_window_mask(T, window, S=None):
 
 def prefix_lm_mask(T, prefix_len):
     """Prefix-LM mask, bool ``(T, T)``: ``mask[i, j] = (j <= i) or (j < prefix_len)``.
+
+    Taught in chapter 5, section 'Who may attend to whom'.
 
     The first ``prefix_len`` positions attend to each other bidirectionally and
     every position sees the whole prefix; the rest is causal.
@@ -63,6 +69,8 @@ def prefix_lm_mask(T, prefix_len):
 def padding_mask(lengths, S):
     """Key-padding mask, bool ``(B, 1, 1, S)``: ``mask[b, 0, 0, j] = j < lengths[b]``.
 
+    Taught in chapter 3, section 'Padding masks, and rows with nothing to see'.
+
     lengths: ``(B,)`` integers in ``[0, S]``, the number of real (non-pad) keys of
     each sequence, padding on the right. The two singleton axes make it broadcast
     against scores ``(B, H, T, S)`` (every head, every query); combine it with a
@@ -75,7 +83,9 @@ def padding_mask(lengths, S):
 
 
 def additive_mask(mask):
-    """Turn a boolean mask into an additive one: ``0.0`` where True, ``-inf`` where False.
+    r"""Turn a boolean mask into an additive one: ``0.0`` where True, ``-inf`` where False.
+
+    Taught in chapter 3, section '$-\infty$ before the softmax, exact zeros after it'.
 
     Adding it to the scores before the softmax has the same effect as the boolean
     mask. Returns float64 of ``mask``'s shape.

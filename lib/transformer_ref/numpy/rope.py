@@ -66,6 +66,8 @@ def _exponents(head_dim):
 def rope_inv_freq(head_dim, base=10000.0):
     """Plain RoPE frequencies, shape ``(head_dim/2,)``, float64.
 
+    Taught in chapter 1, section 'Frequencies and wavelengths'.
+
     ``inv_freq[i] = base ** (-2 i / D)`` for ``i = 0..D/2-1`` (``D = head_dim``,
     even and positive; ``base > 1``). ``inv_freq[0] = 1``.
     """
@@ -76,6 +78,8 @@ def rope_inv_freq(head_dim, base=10000.0):
 
 def pi_inv_freq(head_dim, base, scale):
     """Position interpolation (Chen et al. 2023), shape ``(head_dim/2,)``.
+
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
 
     ``inv_freq[i] = base ** (-2 i / D) / scale`` for ``i = 0..D/2-1``: every pair
     turns ``scale`` times slower, which is the same as feeding positions
@@ -96,6 +100,8 @@ def _ntk_base(head_dim, base, scale):
 def ntk_inv_freq(head_dim, base, scale):
     """NTK-aware scaled frequencies, shape ``(head_dim/2,)``.
 
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
+
     The base is enlarged to ``base' = base * scale ** (D / (D - 2))`` and then
 
         inv_freq[i] = base' ** (-2 i / D),    i = 0, 1, ..., D/2 - 1.
@@ -115,6 +121,8 @@ def ntk_inv_freq(head_dim, base, scale):
 
 def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len):
     """Dynamic NTK scaling (as in Hugging Face's ``"dynamic"`` rope type).
+
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
 
     If ``seq_len <= original_max_len`` this is plain RoPE. Otherwise the base is
 
@@ -162,6 +170,8 @@ def _yarn_ramp(head_dim, base, original_max_len, beta_fast, beta_slow):
 def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_slow=1):
     """YaRN frequencies and attention factor (Peng et al. 2023).
 
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
+
     Returns ``(inv_freq, attention_factor)`` with ``inv_freq`` of shape
     ``(head_dim/2,)``:
 
@@ -195,6 +205,8 @@ def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_sl
 def rope_angles(positions, inv_freq):
     """Rotation angles ``positions[..., None] * inv_freq``.
 
+    Taught in chapter 1, section 'Rotating one pair of features'.
+
     positions: ``(..., T)`` (integers or floats); inv_freq: ``(D/2,)``.
     Returns ``(..., T, D/2)`` float64.
     """
@@ -207,6 +219,8 @@ def rope_angles(positions, inv_freq):
 
 def rope_rotation_matrix(position, inv_freq):
     """The ``(D, D)`` RoPE matrix ``R(position)`` in the interleaved layout.
+
+    Taught in chapter 1, section 'The score depends only on the offset'.
 
     Block-diagonal with ``D/2`` blocks; block ``i`` acts on features
     ``(2i, 2i+1)`` and is ``[[cos a, -sin a], [sin a, cos a]]`` with
@@ -230,6 +244,8 @@ def rope_rotation_matrix(position, inv_freq):
 
 def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
     """Rotate the last dimension of ``x`` by RoPE.
+
+    Taught in chapter 1, section 'Rotating one pair of features'.
 
     x: ``(..., T, D)`` (e.g. ``(B, H, T, D)``), D even.
     positions: ``(T,)`` or any shape broadcastable to ``x.shape[:-1]`` (e.g.

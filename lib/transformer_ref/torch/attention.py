@@ -42,7 +42,9 @@ def _result_dtype(x):
 
 
 def softmax(x, axis=-1):
-    """Numerically stable softmax along ``axis``; an all ``-inf`` slice gives zeros, not NaN.
+    r"""Numerically stable softmax along ``axis``; an all ``-inf`` slice gives zeros, not NaN.
+
+    Taught in chapter 3, section '$-\infty$ before the softmax, exact zeros after it'.
 
     ``softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m)``, ``m = max_k x_k``.
     fp16/bf16 inputs are reduced in float32; the result has ``x``'s dtype.
@@ -59,7 +61,9 @@ def softmax(x, axis=-1):
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weights=False):
-    """``softmax(q k^T * scale + mask) v`` with boolean (True = attend) or additive masks.
+    r"""``softmax(q k^T * scale + mask) v`` with boolean (True = attend) or additive masks.
+
+    Taught in chapter 3, section '$-\infty$ before the softmax, exact zeros after it'.
 
     q: ``(..., H, T, D)``, k: ``(..., H, S, D)``, v: ``(..., H, S, Dv)``; mask boolean
     or floating (integer masks are rejected), broadcastable to ``(..., H, T, S)``;
@@ -85,7 +89,10 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, scale=None, return_weigh
 
 
 def repeat_kv(x, n_rep):
-    """``(..., H_kv, S, D) -> (..., H_kv * n_rep, S, D)``, repeat-interleave (head ``h`` reads ``h // n_rep``)."""
+    """``(..., H_kv, S, D) -> (..., H_kv * n_rep, S, D)``, repeat-interleave (head ``h`` reads ``h // n_rep``).
+
+    Taught in chapter 2, section 'The head mapping: repeat-interleave'.
+    """
     _check_tensor("x", x, 3)
     n_rep = check_int("n_rep", n_rep, minimum=1)
     return x if n_rep == 1 else torch.repeat_interleave(x, n_rep, dim=-3)
@@ -94,8 +101,10 @@ def repeat_kv(x, n_rep):
 def grouped_query_attention(q, k, v, mask=None, *, scale=None):
     """Grouped-query attention: query head ``h`` reads KV head ``h // (H_q / H_kv)``.
 
-    q: ``(..., H_q, T, D)``, k: ``(..., H_kv, S, D)``, v: ``(..., H_kv, S, Dv)``,
-    ``H_q`` divisible by ``H_kv`` (``H_kv = 1``: multi-query attention).
+    Taught in chapter 2, section 'Three ways to share keys and values'.
+
+    q: ``(..., H_q, T, D)``, k: ``(..., H_kv, S, D)``, v: ``(..., H_kv, S, Dv)``
+    (the same batch dims ``...``), ``H_q`` divisible by ``H_kv`` (``H_kv = 1``: multi-query attention).
     Returns ``(..., H_q, T, Dv)``; mask and scale as in
     :func:`scaled_dot_product_attention`.
     """

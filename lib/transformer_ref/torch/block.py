@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import numpy as _numpy_backend
-from .._checks import (ACTIVATIONS, check_choice, check_divisible, check_int, check_memory, check_norm_eps,
+from .._checks import (ACTIVATIONS, cache_offset, check_choice, check_divisible, check_int, check_memory, check_norm_eps,
                        check_positive_float, check_vector, cross_attention_params)
 from .attention import _check_tensor, _compute_dtype, _result_dtype, grouped_query_attention
 from .rope import apply_rope
@@ -65,6 +65,8 @@ def _linear(x, params, w_key, b_key):
 def layer_norm(x, weight, bias, eps=1e-5):
     """LayerNorm over the last axis with the biased variance: ``x (..., C)``, ``weight, bias (C,)``.
 
+    Taught in chapter 4, section 'LayerNorm and RMSNorm'.
+
     ``y = (x - mean) / sqrt(mean((x - mean)^2) + eps) * weight + bias`` (``bias`` may be None).
     """
     _check_tensor("x", x, 1)
@@ -83,7 +85,10 @@ def layer_norm(x, weight, bias, eps=1e-5):
 
 
 def rms_norm(x, weight, eps=1e-6):
-    """RMSNorm over the last axis: ``y = x / sqrt(mean(x^2) + eps) * weight``; ``x (..., C)``, ``weight (C,)``."""
+    """RMSNorm over the last axis: ``y = x / sqrt(mean(x^2) + eps) * weight``; ``x (..., C)``, ``weight (C,)``.
+
+    Taught in chapter 4, section 'LayerNorm and RMSNorm'.
+    """
     _check_tensor("x", x, 1)
     eps = check_positive_float("eps", eps)
     xc = x.to(_compute_dtype(x.dtype))  # fp16/bf16: mean(x^2) in float32 (x^2 overflows fp16 beyond 256)
@@ -94,7 +99,10 @@ def rms_norm(x, weight, eps=1e-6):
 
 def gelu(x, approximate="none"):
     """GELU, elementwise: ``x/2 (1 + erf(x/sqrt 2))`` (``"none"``) or the ``"tanh"`` approximation
-    ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+
+    Taught in chapter 4, section 'The position-wise feed-forward network'.
+    """
     check_choice("approximate", approximate, ("none", "tanh"))
     _check_tensor("x", x)
     if approximate == "tanh":
@@ -112,6 +120,8 @@ def _activation(x, activation):
 def feed_forward(x, params, activation="gelu"):
     """Position-wise FFN ``act(x @ w1 + b1) @ w2 + b2``; ``x (..., T, C)`` -> ``(..., T, C)``.
 
+    Taught in chapter 4, section 'The position-wise feed-forward network'.
+
     ``activation``: ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"relu"``; biases optional.
     """
     _check_tensor("x", x, 1)
@@ -119,7 +129,10 @@ def feed_forward(x, params, activation="gelu"):
 
 
 def swiglu_feed_forward(x, params):
-    """SwiGLU FFN ``(silu(x @ w1) * (x @ w3)) @ w2`` (gate ``w1``, up ``w3``, down ``w2``; biases optional)."""
+    """SwiGLU FFN ``(silu(x @ w1) * (x @ w3)) @ w2`` (gate ``w1``, up ``w3``, down ``w2``; biases optional).
+
+    Taught in chapter 4, section 'The position-wise feed-forward network'.
+    """
     _check_tensor("x", x, 1)
     gate = F.silu(_linear(x, params, "w1", "b1"))
     return _linear(gate * _linear(x, params, "w3", "b3"), params, "w2", "b2")
@@ -172,15 +185,17 @@ def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=N
     return _linear(_merge_heads(out), params, "wo", "bo")
 
 
-def _default_positions(x, cache, layer_idx):
-    """``offset + arange(T)``; the offset is what the cache holds for this layer (0 without a cache)."""
-    offset = 0 if cache is None else cache.length(layer_idx)
-    return torch.arange(offset, offset + x.shape[-2], device=x.device)
+def _positions(x, positions, cache, layer_idx):
+    """``positions``, by default ``offset + arange(T)`` with ``offset`` what the cache holds for ``layer_idx``."""
+    offset = cache_offset(cache, layer_idx)  # 0 without a cache; also validates layer_idx against the cache
+    return torch.arange(offset, offset + x.shape[-2], device=x.device) if positions is None else positions
 
 
 def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=None, *, positions=None,
                          cache=None, layer_idx=0):
     """Multi-head self-attention with optional GQA/MQA, RoPE and a KV cache (see the NumPy version).
+
+    Taught in chapter 2, section 'Incremental decoding with a KV cache'.
 
     ``x (..., T, C)`` -> ``(..., T, C)``.  ``n_kv_heads=None`` reads ``H_kv`` off ``wk``;
     ``mask`` boolean, broadcastable to ``(..., H, T, S)``; ``rope``: None, True (base 10000)
@@ -191,8 +206,7 @@ def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=No
     cached positions; pass the bottom-right ``causal_mask(T, S)`` for a multi-token step.
     """
     _check_tensor("x", x, 2)
-    if positions is None:
-        positions = _default_positions(x, cache, layer_idx)
+    positions = _positions(x, positions, cache, layer_idx)
     return _attend(x, x, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
 
 
@@ -214,6 +228,8 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
                       norm="layernorm", rope=None, positions=None, memory=None, memory_mask=None,
                       eps=None, activation="gelu", cache=None, layer_idx=0):
     """One transformer block, pre-norm (default) or post-norm; ``x (..., T, C)`` -> ``(..., T, C)``.
+
+    Taught in chapter 4, section 'Two ways to put the pieces together'.
 
     Same arguments and semantics as :func:`transformer_ref.numpy.transformer_block`::
 
@@ -237,8 +253,7 @@ def _block(x, params, n_heads, *, norm_position, mask, n_kv_heads, norm, rope, p
     check_choice("norm_position", norm_position, ("pre", "post"))
     eps = check_norm_eps(norm, eps)
     cross_params = cross_attention_params(params, memory)
-    if positions is None:
-        positions = _default_positions(x, cache, layer_idx)
+    positions = _positions(x, positions, cache, layer_idx)
 
     def self_attention(h):
         return _attend(h, h, params, n_heads, n_kv_heads, mask, rope, positions, cache, layer_idx)
@@ -261,7 +276,10 @@ def _block(x, params, n_heads, *, norm_position, mask, n_kv_heads, norm, rope, p
 def init_block_params(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True, ffn="gelu",
                       norm="layernorm", seed=0, cross_attention=False, dtype=torch.float32, device=None):
     """:func:`transformer_ref.numpy.init_block_params` as tensors (``dtype``, default float32,
-    on ``device``): the same keys and, for the same ``seed``, the same values."""
+    on ``device``): the same keys and, for the same ``seed``, the same values.
+
+    Taught in chapter 4, section 'Two ways to put the pieces together'.
+    """
     params = _numpy_backend.init_block_params(d_model, n_heads, d_ff, n_kv_heads=n_kv_heads, bias=bias, ffn=ffn,
                                          norm=norm, seed=seed, cross_attention=cross_attention)
     return {key: torch.as_tensor(value, dtype=dtype, device=device) for key, value in params.items()}
@@ -270,6 +288,8 @@ def init_block_params(d_model, n_heads, d_ff=None, *, n_kv_heads=None, bias=True
 class TransformerBlock(nn.Module):
     """A transformer block as an ``nn.Module``; its parameters are the flat dict of
     :func:`init_block_params`, registered under the same names (``block.wq``, ``block.ln1_weight``...).
+
+    Taught in chapter 4, section 'Pre-norm versus post-norm, measured'.
 
     ``forward(x (B, T, C), mask=None, *, rope=None, positions=None, memory=None,
     memory_mask=None, cache=None, layer_idx=0) -> (B, T, C)`` calls :func:`transformer_block`;

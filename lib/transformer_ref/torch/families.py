@@ -35,6 +35,8 @@ __all__ = ["cross_attention", "EncoderOnlyModel", "DecoderOnlyModel", "EncoderDe
 def cross_attention(x, memory, params, n_heads, memory_mask=None):
     """Multi-head cross-attention: queries from ``x (..., T, C)``, keys/values from ``memory (..., S, C)``.
 
+    Taught in chapter 5, section 'Cross-attention'.
+
     ``params``: unprefixed ``wq, wk, wv, wo`` (+ ``bq, bk, bv, bo``), tensors or arrays;
     ``memory_mask`` boolean, broadcastable to ``(..., H, T, S)``; no causal mask, no RoPE::
 
@@ -121,6 +123,8 @@ class _Stack(nn.Module):
 class EncoderOnlyModel(nn.Module):
     """A bidirectional encoder (BERT-like) with learned positions.
 
+    Taught in chapter 5, section 'One task, three families'.
+
     ``forward(tokens (B, T), lengths=None)``: ``lengths (B,)`` marks right padding
     (keys at ``j >= lengths[b]`` are masked by ``padding_mask``).  Returns token logits
     ``(B, T, vocab_size)`` (tied to the token embedding), or with ``n_classes`` the
@@ -151,6 +155,8 @@ class EncoderOnlyModel(nn.Module):
 
 class DecoderOnlyModel(nn.Module):
     """A causal language model (GPT/Llama-like) with a tied LM head.
+
+    Taught in chapter 5, section 'One task, three families'.
 
     ``rope=True`` rotates queries and keys (no position embedding); ``rope=False`` adds
     learned positions.  ``causal=False`` drops the mask: the model can then read the
@@ -215,6 +221,8 @@ class DecoderOnlyModel(nn.Module):
 
 class EncoderDecoderModel(nn.Module):
     """A bidirectional encoder and a causal decoder with cross-attention (learned positions).
+
+    Taught in chapter 5, section 'One task, three families'.
 
     ``forward(src (B, S), tgt_in (B, T), src_lengths=None) -> logits (B, T, tgt_vocab)``
     (teacher forcing: ``tgt_in`` is the target shifted right, starting with BOS).

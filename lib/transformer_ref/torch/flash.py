@@ -136,6 +136,8 @@ class _FlashAttention(torch.autograd.Function):
 def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=None, return_lse=False):
     """Exact attention ``softmax(q k^T * scale) v`` computed tile by tile, never holding T x S.
 
+    Taught in chapter 6, section 'Tiling: the FlashAttention-2 loop'.
+
     Shapes: ``q (..., H, T, D)``, ``k (..., H_kv, S, D)``, ``v (..., H_kv, S, Dv)``
     with ``H_kv`` dividing ``H`` (GQA: query head h reads KV head
     ``h // (H / H_kv)``; K and V are never repeated, the query heads of a group
@@ -188,6 +190,8 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
 
 def sliding_window_attention(q, k, v, window, *, block=None, scale=None):
     """Causal local attention: query i attends to the ``window`` keys ``i-W+1 .. i``.
+
+    Taught in chapter 6, section 'Sliding-window attention'.
 
     Shapes as in :func:`flash_attention`: ``q (..., H, T, D)``,
     ``k (..., H_kv, S, D)``, ``v (..., H_kv, S, Dv)`` -> ``(..., H, T, Dv)``,

@@ -22,6 +22,8 @@ def _query_key_offsets(T, S, device):
 def causal_mask(T, S=None, *, device=None):
     """Bottom-right causal mask, bool ``(T, S)``: ``mask[i, j] = j <= i + S - T``; ``S`` defaults to ``T``.
 
+    Taught in chapter 3, section 'What a decoder must not see'.
+
     Same as ``torch.nn.attention.bias.causal_lower_right(T, S)`` materialised (for
     ``S < T`` the first ``T - S`` rows are all False).
     """
@@ -31,6 +33,8 @@ def causal_mask(T, S=None, *, device=None):
 def sliding_window_mask(T, window, S=None, *, device=None):
     """Causal sliding window, bool ``(T, S)``: ``i + S - T - window < j <= i + S - T``.
 
+    Taught in chapter 6, section 'Sliding-window attention'.
+
     Each query sees ``window >= 1`` keys, itself included.
     """
     window = check_int("window", window, minimum=1)
@@ -39,7 +43,10 @@ def sliding_window_mask(T, window, S=None, *, device=None):
 
 
 def prefix_lm_mask(T, prefix_len, *, device=None):
-    """Prefix-LM mask, bool ``(T, T)``: ``mask[i, j] = (j <= i) or (j < prefix_len)``, ``0 <= prefix_len <= T``."""
+    """Prefix-LM mask, bool ``(T, T)``: ``mask[i, j] = (j <= i) or (j < prefix_len)``, ``0 <= prefix_len <= T``.
+
+    Taught in chapter 5, section 'Who may attend to whom'.
+    """
     T = check_int("T", T, minimum=0)
     prefix_len = check_int("prefix_len", prefix_len, minimum=0)
     if prefix_len > T:
@@ -51,6 +58,8 @@ def prefix_lm_mask(T, prefix_len, *, device=None):
 def padding_mask(lengths, S, *, device=None):
     """Key-padding mask, bool ``(B, 1, 1, S)``: ``mask[b, 0, 0, j] = j < lengths[b]``.
 
+    Taught in chapter 3, section 'Padding masks, and rows with nothing to see'.
+
     lengths: ``(B,)`` integers in ``[0, S]`` (right padding). Broadcasts against
     scores ``(B, H, T, S)``. ``device`` defaults to ``lengths``' device.
     """
@@ -61,7 +70,12 @@ def padding_mask(lengths, S, *, device=None):
 
 
 def additive_mask(mask, *, dtype=torch.float32):
-    """Boolean mask -> additive float mask: ``0`` where True, ``-inf`` where False (same shape and device)."""
+    r"""Boolean mask -> additive float mask: ``0`` where True, ``-inf`` where False (same shape and device).
+
+    ``dtype`` defaults to float32.
+
+    Taught in chapter 3, section '$-\infty$ before the softmax, exact zeros after it'.
+    """
     mask = torch.as_tensor(mask)
     check_boolean("mask", mask)
     zero = torch.zeros((), dtype=dtype, device=mask.device)

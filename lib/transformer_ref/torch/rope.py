@@ -30,6 +30,8 @@ __all__ = [
 def rope_inv_freq(head_dim, base=10000.0, *, dtype=torch.float32, device=None):
     """Plain RoPE frequencies ``base ** (-2i/D)``, ``i = 0..D/2-1``; tensor ``(head_dim/2,)``.
 
+    Taught in chapter 1, section 'Frequencies and wavelengths'.
+
     ``head_dim`` even and positive, ``base > 1``. dtype defaults to float32.
     """
     return torch.as_tensor(_numpy_backend.rope_inv_freq(head_dim, base), dtype=dtype, device=device)
@@ -38,6 +40,8 @@ def rope_inv_freq(head_dim, base=10000.0, *, dtype=torch.float32, device=None):
 def pi_inv_freq(head_dim, base, scale, *, dtype=torch.float32, device=None):
     """Position interpolation: ``base ** (-2i/D) / scale``, ``i = 0..D/2-1``; ``(head_dim/2,)``.
 
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
+
     ``scale >= 1``; equivalent to feeding positions ``m / scale``.
     """
     return torch.as_tensor(_numpy_backend.pi_inv_freq(head_dim, base, scale), dtype=dtype, device=device)
@@ -45,6 +49,8 @@ def pi_inv_freq(head_dim, base, scale, *, dtype=torch.float32, device=None):
 
 def ntk_inv_freq(head_dim, base, scale, *, dtype=torch.float32, device=None):
     """NTK-aware frequencies ``base' ** (-2i/D)``, ``i = 0..D/2-1``, ``base' = base * scale ** (D/(D-2))``.
+
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
 
     The highest frequency (``i = 0``) is unchanged, the lowest (``i = D/2-1``)
     is divided by exactly ``scale``; ``scale = 1`` is plain RoPE. ``(head_dim/2,)``.
@@ -55,6 +61,8 @@ def ntk_inv_freq(head_dim, base, scale, *, dtype=torch.float32, device=None):
 def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len, *, dtype=torch.float32, device=None):
     """Dynamic NTK (Hugging Face ``"dynamic"``): plain RoPE while ``seq_len <= original_max_len``.
 
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
+
     Beyond it, ``base' = base * (scale * seq_len / original_max_len - (scale - 1)) ** (D/(D-2))``
     and ``inv_freq[i] = base' ** (-2i/D)``, ``i = 0..D/2-1``. Tensor ``(head_dim/2,)``.
     """
@@ -64,6 +72,8 @@ def dynamic_ntk_inv_freq(head_dim, base, scale, seq_len, original_max_len, *, dt
 
 def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_slow=1, *, dtype=torch.float32, device=None):
     """YaRN: ``(inv_freq (head_dim/2,), attention_factor)``.
+
+    Taught in chapter 1, section 'Stretching the context: PI, NTK-aware, dynamic NTK and YaRN'.
 
     ``inv_freq[i] = (1 - w[i]) theta[i] + w[i] theta[i] / scale`` for
     ``i = 0..D/2-1`` with ``w`` a linear ramp from 0 (pairs turning more than
@@ -83,6 +93,8 @@ def _compute_dtype(dtype):
 def rope_angles(positions, inv_freq):
     """Rotation angles ``positions[..., None] * inv_freq``: ``(..., T)`` x ``(D/2,)`` -> ``(..., T, D/2)``.
 
+    Taught in chapter 1, section 'Rotating one pair of features'.
+
     Computed in float64 if ``inv_freq`` is float64, else float32, on ``inv_freq``'s device.
     """
     inv_freq = torch.as_tensor(inv_freq)
@@ -95,6 +107,8 @@ def rope_angles(positions, inv_freq):
 
 def rope_rotation_matrix(position, inv_freq):
     """The ``(D, D)`` RoPE matrix ``R(position)`` (interleaved layout).
+
+    Taught in chapter 1, section 'The score depends only on the offset'.
 
     Block ``i`` acts on features ``(2i, 2i+1)`` and is ``[[cos a, -sin a], [sin a, cos a]]``
     with ``a = position * inv_freq[i]``; ``apply_rope(x, [position]) == x @ R.T``.
@@ -110,6 +124,8 @@ def rope_rotation_matrix(position, inv_freq):
 
 def apply_rope(x, positions, inv_freq=None, *, base=10000.0, interleaved=True):
     """Rotate the last dimension of ``x (..., T, D)`` by RoPE (see the NumPy version).
+
+    Taught in chapter 1, section 'Rotating one pair of features'.
 
     positions: ``(T,)`` or broadcastable to ``x.shape[:-1]`` (e.g. ``(B, 1, T)``).
     inv_freq: ``(D/2,)``; ``None`` means ``rope_inv_freq(D, base)``.
