@@ -33,7 +33,7 @@ import numpy as np
 
 # dtypes that may cross the boundary (no object arrays, no structured arrays)
 DTYPES = frozenset("?bBhHiIlLqQefdgFDG")
-MAX_TEXT = 256 * 2**20  # largest encoded message the worker accepts
+MAX_TEXT = 64 * 2**20  # largest encoded message the worker accepts
 
 
 class ProbeError(Exception):

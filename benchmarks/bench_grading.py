@@ -87,6 +87,29 @@ def driver(root, assignment, jobs):
                 "--jobs", str(jobs), "--no-progress"], REPO)
 
 
+def sandbox_startup(n=5):
+    """Median seconds from launching a sandboxed grading kernel to its first reply."""
+    from jupyter_client.utils import run_sync
+
+    sys.path.insert(0, str(REPO))
+    from autograder.kernel_manager import SandboxedKernelManager
+
+    async def once():
+        km = SandboxedKernelManager(kernel_name="python3")
+        start = time.perf_counter()
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=60)
+        seconds = time.perf_counter() - start
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+        return seconds
+
+    times = sorted(run_sync(once)() for _ in range(n))
+    return times[len(times) // 2]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = "01-rope" if (REPO / "solutions" / "01-rope").is_dir() else "toy"

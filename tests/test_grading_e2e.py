@@ -22,18 +22,22 @@ import nbformat
 import pytest
 
 from autograder.audit import grade_id
-from autograder.driver import grade, network_isolation_works
-from autograder.kernel import make_run_cgroup, remove_run_cgroup
+from autograder.driver import grade
+from autograder.limits import Limits
 from autograder.release import generate
+from autograder.sandbox import cgroup_version, unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "course"
 COURSE = ("01-rope", "02-gqa-kv-cache", "03-causal-mask",
           "04-transformer-block", "05-families", "06-flash-attention")
 FULL = ("toy", COURSE[0])  # assignments graded with the full hostile class
-LIMITS = dict(jobs=2, cell_timeout=10, notebook_timeout=90, memory_mb=2048, output_limit=100_000)
+LIMITS = dict(jobs=2, limits=Limits(cell_timeout=10, notebook_timeout=90, memory_mb=2048,
+                                     output_limit=100_000))
+SANDBOX_MISSING = unavailable_reason()
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(SANDBOX_MISSING is not None, reason=str(SANDBOX_MISSING))]
 
 
 # -- the structure of an assignment ---------------------------------------------------------
@@ -182,7 +186,7 @@ class Class:
         return {self.parts[part][0]: lambda src: code + src}
 
 
-def build_class(source, release, reference_scored, full):
+def build_class(source, release, full):
     """The synthetic class. Parts depend on earlier parts (later tests call earlier
     functions), so most breakages go into the last part, whose loss costs exactly
     its own points; the first part is broken only next to ``skip1`` (the first part
@@ -211,16 +215,14 @@ def build_class(source, release, reference_scored, full):
         c.add("crash", c.notebook(change=c.prepend(-1, EXIT)), lost_last, limits={"crash"})
         c.add("sysexit", c.notebook(change=c.prepend(-1, SYSEXIT)), lost_last)
         c.add("flood", c.notebook(change=c.prepend(-1, FLOOD)), lost_last, limits={"output"})
-        c.add("network", c.notebook(change=c.prepend(-1, OFFLINE)),
-              c.total if network_isolation_works() else lost_last)
+        c.add("network", c.notebook(change=c.prepend(-1, OFFLINE)), c.total)
         if process_cgroups_work():  # never fork-bomb a machine without the cap
             c.add("forkbomb", c.notebook(change=c.prepend(-1, FORKBOMB)), c.total)
     c.add("warnings", c.notebook(change={g: warning_version for g in c.solutions}), c.total)
-    # the whole part scores 0 (its visible test too); the toy fixture has no anti-cheat
+    # transformer_ref is not importable in the sandbox: the part's cell fails, so its tests do
     k = max(i for i, p in enumerate(c.parts) if defines_function(c.solutions[p[0]]))
     c.add("reference", c.notebook(change={c.parts[k][0]: reference_version}),
-          c.total - points(c.parts[k]) if reference_scored else c.total,
-          flags={"imports-transformer_ref"})
+          c.total - points(c.parts[k]), flags={"imports-transformer_ref"})
     c.add("monkeypatch", c.notebook(solved=[], change=c.prepend(0, MONKEYPATCH)), 0,
           flags={"imports-autograder", "dynamic-import"})
     last_test = c.parts[-1][1][0][0]
@@ -234,9 +236,9 @@ def build_class(source, release, reference_scored, full):
 
 
 def process_cgroups_work():
-    path = make_run_cgroup()
-    remove_run_cgroup(path)
-    return path is not None
+    import os
+
+    return os.geteuid() == 0 and cgroup_version() > 0
 
 
 # -- one grading run per assignment -----------------------------------------------------------
@@ -254,8 +256,7 @@ def graded(request, tmp_path_factory):
     source = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     release_dir = generate(assignment, root, release_dir=root / "release-check")
     release = nbformat.read(release_dir / f"{assignment}.ipynb", as_version=4)
-    klass = build_class(source, release, reference_scored=assignment != "toy",
-                        full=assignment in FULL)
+    klass = build_class(source, release, full=assignment in FULL)
     for student, nb in klass.submissions.items():
         folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True)
