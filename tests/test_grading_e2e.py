@@ -220,9 +220,13 @@ def build_class(source, release, full):
             c.add("forkbomb", c.notebook(change=c.prepend(-1, FORKBOMB)), c.total)
     c.add("warnings", c.notebook(change={g: warning_version for g in c.solutions}), c.total)
     # transformer_ref is not importable in the sandbox: the part's cell fails, so its tests do
+    # (and so do later parts that call its functions)
     k = max(i for i, p in enumerate(c.parts) if defines_function(c.solutions[p[0]]))
+    names = [n.name for n in ast.parse(c.solutions[c.parts[k][0]]).body if isinstance(n, ast.FunctionDef)]
+    lost = [p for p in c.parts[k:]
+            if p is c.parts[k] or any(re.search(rf"\b{n}\b", c.solutions[p[0]]) for n in names)]
     c.add("reference", c.notebook(change={c.parts[k][0]: reference_version}),
-          c.total - points(c.parts[k]), flags={"imports-transformer_ref"})
+          c.total - sum(points(p) for p in lost), flags={"imports-transformer_ref"})
     c.add("monkeypatch", c.notebook(solved=[], change=c.prepend(0, MONKEYPATCH)), 0,
           flags={"imports-autograder", "dynamic-import"})
     last_test = c.parts[-1][1][0][0]
