@@ -292,8 +292,9 @@ class TransformerBlock(nn.Module):
     Taught in chapter 4, section 'Pre-norm versus post-norm, measured'.
 
     ``forward(x (B, T, C), mask=None, *, rope=None, positions=None, memory=None,
-    memory_mask=None, cache=None, layer_idx=0) -> (B, T, C)`` calls :func:`transformer_block`;
-    dropout (on each sublayer's output) is active in training mode only.  With a
+    memory_mask=None, cache=None, layer_idx=0) -> (B, T, C)`` is :func:`transformer_block`
+    plus dropout on each sublayer's output (before it joins the residual stream), active in
+    training mode only.  With a
     :class:`KVCache`, this step's keys/values are appended to layer ``layer_idx`` and
     attended over, for incremental decoding.  ``params()`` returns the parameters as a
     dict sharing storage; ``load_params(d)`` copies a dict (tensors or NumPy arrays) in.
