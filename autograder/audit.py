@@ -8,8 +8,11 @@ is compared with the student version generated from the source notebook:
 * ``deleted``: a locked cell whose ``grade_id`` no longer appears. It is put back
   (after the cell that preceded it) so its tests are graded like everyone's;
 * ``flags``: student-written code that uses ``transformer_ref``, ``autograder``,
-  ``scaled_dot_product_attention`` or dynamic imports. Scoring such a part 0 is
-  the hidden tests' job; the driver only reports it.
+  ``scaled_dot_product_attention`` or dynamic imports, or that resembles a function
+  of ``transformer_ref`` (``resembles-reference``, details in ``resemblances``).
+  Flags go to a human; they never change a score;
+* ``functions``: name -> source of every function the student wrote, for the
+  class-wide comparison (:func:`autograder.similarity.similar_pairs`).
 """
 
 import copy
@@ -53,10 +56,13 @@ def strip_comments(source):
 def audit(submission_nb, release_nb):
     """Compare a submission with its student version.
 
-    Returns ``dict(tampered=[grade_id...], deleted=[grade_id...], flags=[name...])``.
+    Returns ``dict(tampered=[grade_id...], deleted=[grade_id...], flags=[name...],
+    resemblances=[text...], functions={name: source})``.
     """
+    from .similarity import functions, resembles_reference
+
     locked = locked_cells(release_nb)
-    seen, tampered, flags = set(), [], set()
+    seen, tampered, flags, resemblances, written = set(), [], set(), [], {}
     for cell in submission_nb.cells:
         gid = grade_id(cell)
         if gid in locked:
@@ -67,8 +73,14 @@ def audit(submission_nb, release_nb):
         elif cell.cell_type == "code":
             code = strip_comments(cell.source)
             flags.update(name for name, pattern in FORBIDDEN.items() if pattern.search(code))
+            found = resembles_reference(cell.source)
+            if found:
+                flags.add("resembles-reference")
+                resemblances += [r.describe() for r in found]
+            written.update((name, source) for name, source, _ in functions(cell.source))
     deleted = [gid for gid in locked if gid not in seen]
-    return dict(tampered=tampered, deleted=deleted, flags=sorted(flags))
+    return dict(tampered=tampered, deleted=deleted, flags=sorted(flags),
+                resemblances=resemblances, functions=written)
 
 
 def restore_deleted(submission_nb, release_nb):

@@ -32,6 +32,7 @@ from .audit import grade_id, is_locked
 from .limits import Limits
 from .nbgrader_config import SOURCE, SUBMITTED, default_db_url
 from .release import generate
+from .similarity import similar_pairs
 
 
 def find_students(root, assignment, only=None):
@@ -81,7 +82,8 @@ class Worker:
 def failed(student, error, seconds):
     """The result of a student whose grading crashed outside nbgrader."""
     return dict(student=student, status="error", error=error, events=[], tampered=[], deleted=[],
-                flags=[], unreadable=[], missing=[], timestamp=None, notebooks=[], seconds=seconds)
+                flags=[], unreadable=[], missing=[], resemblances=[], functions={}, timestamp=None,
+                notebooks=[], seconds=seconds)
 
 
 def run_pool(settings, students, jobs, watchdog, on_result, meanwhile=None):
@@ -138,6 +140,17 @@ def run_pool(settings, students, jobs, watchdog, on_result, meanwhile=None):
         for w in workers:
             w.process.join(timeout=10)
             w.kill()
+
+
+def flag_similar(results):
+    """Flag students whose functions look copied from each other (for a human to look at)."""
+    by_student = {r["student"]: r for r in results}
+    pairs = similar_pairs({r["student"]: r.get("functions", {}) for r in results})
+    for student, other, function, share in pairs:
+        for me, them in ((student, other), (other, student)):
+            result = by_student[me]
+            result["flags"] = sorted(set(result["flags"]) | {"similar-to-classmate"})
+            result.setdefault("similar", []).append(f"{function} ~ {them} ({share:.0%})")
 
 
 def record(db_url, assignment, result):
@@ -216,6 +229,7 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
         run_pool(settings, names, jobs, watchdog, on_result, meanwhile=register)
         bar.close()
         results.sort(key=lambda r: r["student"])
+        flag_similar(results)
         tests = test_cells(release)
         summary.write_csv(root / "grades.csv", assignment, results, tests)
         summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out)

@@ -85,7 +85,7 @@ class LimitedExecute(Execute):
         self._channel = judge.Channel(self, self._deadline)
         self._namespace = judge.RemoteNamespace(self._channel)
         self._index = 0
-        done = []  # indices of code cells that ran; replayed into a fresh kernel
+        done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
         alive = self._start()
         try:
             for index, cell in enumerate(self.nb.cells):
@@ -173,12 +173,13 @@ class LimitedExecute(Execute):
         return alive
 
     # -- the judge's line to the kernel ---------------------------------------------------
-    def run_silently(self, code, timeout, kc=None):
-        """Run ``code`` in the kernel without output or history; JudgeError if it does not finish."""
+    def run_silently(self, code, timeout, kc=None, check=True):
+        """Run ``code`` in the kernel without output or history; JudgeError if it does not
+        finish (or, with ``check``, if it raises)."""
         kc = kc or self.kc
         msg_id = kc.execute(code, silent=True, store_history=False)
         reply = self._wait_reply(kc, msg_id, timeout)
-        if reply["content"].get("status") != "ok":
+        if check and reply["content"].get("status") != "ok":
             raise judge.JudgeError("your notebook's kernel refused the grader's code")
         return reply
 
@@ -221,8 +222,8 @@ class LimitedExecute(Execute):
     def measure_call(self, name, args, kwargs, timeout):
         """``(output, peak extra bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
 
-        The fresh kernel runs the set-up cells, then the student's solution cells up to
-        this point, then the call, each step read from outside through the kernel's
+        The fresh kernel runs the set-up cells, then the student's solution cells that
+        ran in the student's kernel so far, then the call, each step read from outside through the kernel's
         cgroup: the figure is what the solution cells kept (a workspace allocated in
         advance counts) plus the memory peak during the call above the reading just
         before it (the inputs, already decoded, do not count). NumPy, torch, a file
@@ -231,14 +232,13 @@ class LimitedExecute(Execute):
         deadline = monotonic() + timeout
         km, kc = self._fresh_kernel()
         try:
-            cells = [c for c in self.nb.cells[:self._index]
-                     if judge.is_setup_cell(c) or (c.cell_type == "code"
-                                                   and judge.nbgrader_meta(c).get("solution"))]
-            for cell in (c for c in cells if judge.is_setup_cell(c)):
-                self.run_silently(cell.source, deadline - monotonic(), kc)
+            # the cells that ran in the student's kernel (a cell that crashed it is not replayed)
+            ran = [self.nb.cells[i] for i in self._done]
+            for cell in (c for c in ran if judge.is_setup_cell(c)):
+                self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
             base = self._memory(km)
-            for cell in (c for c in cells if not judge.is_setup_cell(c)):
-                self.run_silently(cell.source, deadline - monotonic(), kc)
+            for cell in (c for c in ran if judge.nbgrader_meta(c).get("solution")):
+                self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
             kept = self._memory(km) - base
             channel = judge.Channel(self, deadline, kc)
             channel.request(op="stage", name=name, args=list(args), kwargs=kwargs)

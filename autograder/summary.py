@@ -131,6 +131,8 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None):
         ("Edited test cells (restored)", lambda r: ", ".join(r["tampered"])),
         ("Deleted test cells (restored)", lambda r: ", ".join(r["deleted"])),
         ("Suspicious code", lambda r: ", ".join(r["flags"])),
+        ("Resembles the reference (check by hand)", lambda r: "; ".join(r.get("resemblances", []))),
+        ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.get("similar", []))),
         ("Missing or unreadable notebooks", lambda r: ", ".join(r["missing"] + r["unreadable"])),
         ("Errors (scored 0)", lambda r: r["error"] or ""),
     ]

@@ -62,7 +62,8 @@ def stage_submission(settings, student, scratch):
     dest.mkdir(parents=True)
     if (source / "timestamp.txt").is_file():
         shutil.copy(source / "timestamp.txt", dest)
-    record = dict(tampered=[], deleted=[], flags=[], unreadable=[], missing=[])
+    record = dict(tampered=[], deleted=[], flags=[], unreadable=[], missing=[], resemblances=[],
+                  functions={})
     for release_path in sorted(Path(settings.release_dir).glob("*.ipynb")):
         path = source / release_path.name
         if not path.is_file():
@@ -75,8 +76,9 @@ def stage_submission(settings, student, scratch):
             continue
         release = nbformat.read(release_path, as_version=4)
         found = audit(nb, release)
-        for key in ("tampered", "deleted", "flags"):
+        for key in ("tampered", "deleted", "flags", "resemblances"):
             record[key] += [x for x in found[key] if x not in record[key]]
+        record["functions"].update(found["functions"])
         if found["deleted"]:
             nb = restore_deleted(nb, release)
         nbformat.write(nb, dest / release_path.name)

@@ -305,10 +305,14 @@ def test_exact_score(graded, student):
 
 
 def test_honest_submissions_are_not_flagged(graded):
+    """Nothing but the class-wide copy detector: this synthetic class hands in one solution."""
     for student in ("correct", "untouched", "partial", "skip1", "warnings"):
         result = graded["results"][student]
-        assert not result["flags"] and not result["tampered"] and not result["deleted"]
+        assert set(result["flags"]) <= {"similar-to-classmate"}, result["flags"]
+        assert not result["tampered"] and not result["deleted"]
         assert not result["events"], result["events"]
+    assert "similar-to-classmate" in graded["results"]["correct"]["flags"] \
+        or graded["assignment"] == "toy"  # the toy's functions are too short to compare
 
 
 def test_gradebook_and_csv_agree_and_regrading_is_idempotent(graded):

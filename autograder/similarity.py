@@ -1,0 +1,148 @@
+"""Code that looks copied: from the reference library, or between students.
+
+A detector, not a judge: it flags for a human and never changes a score. Each
+function a student wrote is reduced to its *shape*, the token sequence with
+comments and strings dropped and every local name replaced by ``N`` (keywords,
+operators, numbers and attribute names such as ``.swapaxes`` are kept), so that
+renaming variables does not hide a copy. Two functions resemble each other when
+most of the student's 12-token windows (shingles) occur in the other one.
+
+* :func:`resembles_reference`: a student function against every function of
+  ``transformer_ref`` (the public source a student could paste);
+* :func:`similar_pairs`: students of one class against each other, through an
+  inverted index of shingles (linear in the class's code, not quadratic).
+"""
+
+import ast
+import functools
+import io
+import keyword
+import tokenize
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+SHINGLE = 12         # tokens per window
+MIN_SHINGLES = 20    # shorter functions (a line or two) are too generic to compare
+REFERENCE_SHARE = 0.8  # share of the student's windows found in one reference function
+CLASS_SHARE = 0.9      # ... found in another student's function of the same name
+
+
+@dataclass(frozen=True)
+class Resemblance:
+    """``function`` (lines ``lines`` of the student's cell) looks like ``source``."""
+
+    function: str
+    source: str
+    share: float
+    lines: tuple
+
+    def describe(self):
+        span = f"lines {self.lines[0]}-{self.lines[-1]}" if self.lines else "no lines"
+        return f"{self.function} ~ {self.source} ({self.share:.0%} of its code, {span})"
+
+
+def shape(source):
+    """[(token, line)] of ``source``: names that are not attributes or keywords become ``N``."""
+    out, previous = [], None
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.STRING, tokenize.ENDMARKER}
+    for tok in tokens:
+        if tok.type in skip:
+            continue
+        text = tok.string
+        if tok.type == tokenize.NAME and not keyword.iskeyword(text) and previous != ".":
+            text = "N"
+        out.append((text, tok.start[0]))
+        previous = tok.string
+    return out
+
+
+def shingles(tokens):
+    """{window: first line} of the token windows of ``tokens``."""
+    found = {}
+    for i in range(len(tokens) - SHINGLE + 1):
+        window = tuple(t for t, _ in tokens[i:i + SHINGLE])
+        found.setdefault(window, tokens[i][1])
+    return found
+
+
+def functions(source):
+    """[(name, source of the function, first line)] of the top-level functions in ``source``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [(node.name, ast.get_source_segment(source, node) or "", node.lineno)
+            for node in tree.body if isinstance(node, ast.FunctionDef)]
+
+
+@functools.lru_cache(maxsize=None)
+def reference_index():
+    """[(``module:function``, shingle set)] for every function of ``transformer_ref``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformer_ref")
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    base = Path(list(spec.submodule_search_locations)[0])
+    index = []
+    for path in sorted(base.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found = set(shingles(shape(ast.get_source_segment(text, node) or "")))
+                if found:
+                    index.append((f"transformer_ref/{path.relative_to(base)}:{node.name}",
+                                  frozenset(found)))
+    return tuple(index)
+
+
+def resembles_reference(source):
+    """[:class:`Resemblance`] of the functions in a student's cell ``source`` that look copied."""
+    found = []
+    for name, code, first in functions(source):
+        mine = shingles(shape(code))
+        if len(mine) < MIN_SHINGLES:
+            continue
+        share, best, theirs = max(((sum(w in theirs for w in mine) / len(mine), where, theirs)
+                                   for where, theirs in reference_index()), default=(0.0, "", ()))
+        if share >= REFERENCE_SHARE:
+            lines = sorted({first - 1 + line for w, line in mine.items() if w in theirs})
+            found.append(Resemblance(name, best, share, tuple(lines)))
+    return found
+
+
+def similar_pairs(solutions):
+    """Pairs of students whose functions of the same name look copied from each other.
+
+    ``solutions`` maps student -> {function name: source}. Returns
+    ``[(student, other, function, share)]`` with ``share >= CLASS_SHARE`` in both
+    directions, found through an inverted index of shingles.
+    """
+    windows = {}                   # (student, name) -> set of windows
+    index = defaultdict(set)       # (name, window) -> students
+    for student, functions_ in solutions.items():
+        for name, code in functions_.items():
+            mine = set(shingles(shape(code)))
+            if len(mine) >= MIN_SHINGLES:
+                windows[student, name] = mine
+                for w in mine:
+                    index[name, w].add(student)
+    pairs = []
+    for (student, name), mine in windows.items():
+        counts = Counter(other for w in mine for other in index[name, w] if other != student)
+        for other, common in counts.items():
+            theirs = windows[other, name]
+            if student < other and common / len(mine) >= CLASS_SHARE \
+                    and common / len(theirs) >= CLASS_SHARE:
+                pairs.append((student, other, name, min(common / len(mine), common / len(theirs))))
+    return sorted(pairs)
