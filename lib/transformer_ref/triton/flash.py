@@ -68,12 +68,18 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @triton.jit
-def _dot(a, b, UPCAST: tl.constexpr):
-    """``a @ b`` with float32 accumulation; ``UPCAST`` widens the operands first (interpreter, bfloat16)."""
-    if UPCAST:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    return tl.dot(a, b, input_precision="ieee")
+def _dot(a, b, F32: tl.constexpr):
+    """``a @ b`` accumulated in float32.
+
+    ``F32``: multiply float32 operands in IEEE float32 (not TF32), widening them
+    first (bfloat16 under the interpreter); otherwise half-precision operands go
+    to the tensor cores as they are.
+    """
+    if F32:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        c = tl.dot(a, b)
+    return c
 
 
 @triton.jit
@@ -81,7 +87,7 @@ def _fwd_kernel(
     Q, K, V, Out, Lse,  # q (B*H, T, D), k (B*H_kv, S, D), v (B*H_kv, S, Dv), out like q, lse (B*H, T)
     T, S, D, DV, GROUP, scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, F32: tl.constexpr,
 ):
     """One program instance: query tile ``pid0`` of head ``pid1``, all key tiles (FlashAttention-2 order).
 
@@ -117,7 +123,7 @@ def _fwd_kernel(
                     mask=(cols[:, None] < S) & (offs_d[None, :] < D), other=0.0)
         v = tl.load(V + kv * S * DV + cols[:, None] * DV + offs_dv[None, :],
                     mask=(cols[:, None] < S) & (offs_dv[None, :] < DV), other=0.0)
-        s = _dot(q, tl.trans(k), UPCAST) * scale  # (BLOCK_M, BLOCK_N) float32, stays on chip
+        s = _dot(q, tl.trans(k), F32) * scale  # (BLOCK_M, BLOCK_N) float32, stays on chip
         if CAUSAL:
             visible = (cols[None, :] < S) & (cols[None, :] <= offs_m[:, None] + offset)
         else:
@@ -128,7 +134,7 @@ def _fwd_kernel(
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m - m_safe)  # rescales the old statistics; 0 while m = -inf
         l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(V.dtype.element_ty), v, UPCAST)
+        acc = acc * alpha[:, None] + _dot(p.to(V.dtype.element_ty), v, F32)
         m = m_new
     seen = l > 0.0  # rows that saw no key: output 0, lse -inf (never NaN)
     l_safe = tl.where(seen, l, 1.0)
@@ -158,7 +164,7 @@ def _bwd_dkdv_kernel(
     Q, K, V, DOut, Lse, Delta, DK, DV_,  # DV_: the gradient of v (DV is its width)
     T, S, D, DV, GROUP, scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, F32: tl.constexpr,
 ):
     """One program instance: key tile ``pid0`` of KV head ``pid1``; loops over the group's query heads and tiles.
 
@@ -194,16 +200,16 @@ def _bwd_dkdv_kernel(
             lse = tl.load(Lse + bh * T + rows, mask=rows < T, other=float("inf"))
             delta = tl.load(Delta + bh * T + rows, mask=rows < T, other=0.0)
             lse = tl.where(lse == float("-inf"), float("inf"), lse)  # rows that see nothing: P = 0
-            s = _dot(q, tl.trans(k), UPCAST) * scale
+            s = _dot(q, tl.trans(k), F32) * scale
             if CAUSAL:
                 visible = (cols[None, :] < S) & (cols[None, :] <= rows[:, None] + offset)
             else:
                 visible = (cols[None, :] < S) & (rows[:, None] >= 0)
             p = tl.exp(tl.where(visible, s, float("-inf")) - lse[:, None])  # (BLOCK_M, BLOCK_N)
-            dv += _dot(tl.trans(p.to(DOut.dtype.element_ty)), do, UPCAST)
-            dp = _dot(do, tl.trans(v), UPCAST)
+            dv += _dot(tl.trans(p.to(DOut.dtype.element_ty)), do, F32)
+            dp = _dot(do, tl.trans(v), F32)
             ds = p * (dp - delta[:, None])
-            dk += _dot(tl.trans(ds.to(Q.dtype.element_ty)), q, UPCAST)
+            dk += _dot(tl.trans(ds.to(Q.dtype.element_ty)), q, F32)
     dk = dk * scale
     tl.store(DK + kv * S * D + cols[:, None] * D + offs_d[None, :], dk.to(DK.dtype.element_ty),
              mask=(cols[:, None] < S) & (offs_d[None, :] < D))
@@ -216,7 +222,7 @@ def _bwd_dq_kernel(
     Q, K, V, DOut, Lse, Delta, DQ,
     T, S, D, DV, GROUP, scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, F32: tl.constexpr,
 ):
     """One program instance: query tile ``pid0`` of head ``pid1``, all key tiles: ``dQ_i = scale sum_j dS_ij K_j``."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -245,15 +251,15 @@ def _bwd_dq_kernel(
                     mask=(cols[:, None] < S) & (offs_d[None, :] < D), other=0.0)
         v = tl.load(V + kv * S * DV + cols[:, None] * DV + offs_dv[None, :],
                     mask=(cols[:, None] < S) & (offs_dv[None, :] < DV), other=0.0)
-        s = _dot(q, tl.trans(k), UPCAST) * scale
+        s = _dot(q, tl.trans(k), F32) * scale
         if CAUSAL:
             visible = (cols[None, :] < S) & (cols[None, :] <= rows[:, None] + offset)
         else:
             visible = (cols[None, :] < S) & (rows[:, None] >= 0)
         p = tl.exp(tl.where(visible, s, float("-inf")) - lse[:, None])
-        dp = _dot(do, tl.trans(v), UPCAST)
+        dp = _dot(do, tl.trans(v), F32)
         ds = p * (dp - delta[:, None])
-        dq += _dot(ds.to(K.dtype.element_ty), k, UPCAST)
+        dq += _dot(ds.to(K.dtype.element_ty), k, F32)
     dq = dq * scale
     tl.store(DQ + bh * T * D + rows[:, None] * D + offs_d[None, :], dq.to(DQ.dtype.element_ty),
              mask=(rows[:, None] < T) & (offs_d[None, :] < D))
@@ -283,11 +289,11 @@ def _tile(name, value, default, length):
 
 
 def _launch_config(q, *dims):
-    """The padded head widths, the interpreter's bfloat16 flag and the GPU's warps per program."""
+    """The padded head widths, the float32-products flag of :func:`_dot` and the GPU's warps per program."""
     widths = [max(16, triton.next_power_of_2(d)) for d in dims]
-    upcast = INTERPRETED and q.dtype == torch.bfloat16
+    f32 = q.dtype == torch.float32 or (INTERPRETED and q.dtype == torch.bfloat16)
     warps = 4 if max(widths) <= 64 else 8
-    return widths, upcast, warps
+    return widths, f32, warps
 
 
 def _on_device(q):
@@ -305,12 +311,12 @@ class _FlashAttention(torch.autograd.Function):
         group = H // H_kv
         out = torch.empty(B, H, T, Dv, dtype=q.dtype, device=q.device)
         lse = torch.empty(B, H, T, dtype=torch.float32, device=q.device)
-        (bd, bdv), upcast, warps = _launch_config(q, D, Dv)
+        (bd, bdv), f32, warps = _launch_config(q, D, Dv)
         if B * H * T:
             with _on_device(q):
                 _fwd_kernel[(triton.cdiv(T, bq), B * H)](
                     q, k, v, out, lse, T, S, D, Dv, group, scale,
-                    CAUSAL=causal, BLOCK_M=bq, BLOCK_N=bk, BLOCK_D=bd, BLOCK_DV=bdv, UPCAST=upcast,
+                    CAUSAL=causal, BLOCK_M=bq, BLOCK_N=bk, BLOCK_D=bd, BLOCK_DV=bdv, F32=f32,
                     num_warps=warps,
                 )
         ctx.save_for_backward(q, k, v, out, lse)
@@ -329,8 +335,8 @@ class _FlashAttention(torch.autograd.Function):
         d_lse = d_lse.to(torch.float32).contiguous()
         delta = torch.empty(B, H, T, dtype=torch.float32, device=q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        (bd, bdv), upcast, warps = _launch_config(q, D, Dv)
-        common = dict(CAUSAL=causal, BLOCK_M=bq, BLOCK_N=bk, BLOCK_D=bd, BLOCK_DV=bdv, UPCAST=upcast,
+        (bd, bdv), f32, warps = _launch_config(q, D, Dv)
+        common = dict(CAUSAL=causal, BLOCK_M=bq, BLOCK_N=bk, BLOCK_D=bd, BLOCK_DV=bdv, F32=f32,
                       num_warps=warps)
         with _on_device(q):
             if B * H * T:
