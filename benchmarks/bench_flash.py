@@ -18,6 +18,15 @@ One head, D = 64, float32, T = S. For each T the script prints the best of
 Budgets at T = 8192 (benchmarks/README.md): flash peak memory <= 2 % of naive's, flash
 time <= 1.2 x naive (NumPy) and <= 2 x ``F.scaled_dot_product_attention``
 (torch, CPU). Timings on a shared machine are noisy: compare ratios, rerun.
+
+``--backend triton`` (needs ``pip install -r requirements-triton.lock``) times
+``transformer_ref.triton.flash_attention``. On a GPU: forward and
+forward+backward at T = S = 1024 .. 16384, D = 64 and 128, float16 and bfloat16,
+batch 1 x 16 heads, against SDPA restricted to its flash backend and the torch
+loop backend; time is the best of ``--repeats`` CUDA-synchronised calls, memory
+the peak of ``torch.cuda.max_memory_allocated`` above what was allocated before
+the call. Without a GPU the kernels run under Triton's interpreter, and the
+script times that at the test sizes only: a correctness tool, not a speed claim.
 """
 
 import argparse
@@ -154,11 +163,151 @@ def run_torch(sizes, repeats, causal_t, threads):
               flush=True)
 
 
+# Triton: the interpreter on CPU, the compiled kernels on a GPU
+TRITON_HEADS = 16
+# (T, S, H, H_kv, D, tile): the sizes of tests/test_flash_triton.py, 16 x 16 tiles, and
+# its default-tile case (64 x 64)
+TRITON_CPU_SIZES = [(37, 53, 4, 2, 24, 16), (45, 19, 3, 1, 16, 16), (32, 32, 2, 2, 32, 16), (100, 70, 2, 1, 16, 64)]
+
+
+def _forward_backward(fn, q, k, v, g):
+    """One forward and backward pass of ``fn``; the gradients land in q.grad, k.grad, v.grad."""
+    q.grad = k.grad = v.grad = None
+    fn(q, k, v).backward(g)
+
+
+def run_triton_cpu(repeats, threads):
+    import torch
+    import torch.nn.functional as F
+
+    import triton
+
+    from transformer_ref import torch as tref
+    from transformer_ref import triton as fref
+
+    torch.set_num_threads(threads)
+    print(f"\nTriton {triton.__version__} INTERPRETER on CPU (no GPU here), float32, best of {repeats}.")
+    print("A correctness tool, not a speed claim: every program instance of every kernel runs as Python")
+    print("on NumPy arrays, one after another. These times say nothing about the kernels on a GPU.")
+    print(f"{'T':>5} {'S':>5} {'H':>3} {'H_kv':>4} {'D':>4} {'tile':>4} {'mask':>6} | {'triton fwd s':>12} {'fwd+bwd s':>10} | "
+          f"{'loop fwd s':>10} {'sdpa fwd s':>10} | {'max |out - sdpa|':>16}")
+    gen = torch.Generator().manual_seed(0)
+    for T, S, H, H_kv, Dh, tile in TRITON_CPU_SIZES:
+        for causal in (False, True):
+            q, k, v = (torch.randn(1, h, n, Dh, generator=gen).requires_grad_()
+                       for h, n in ((H, T), (H_kv, S), (H_kv, S)))
+            g = torch.randn(1, H, T, Dh, generator=gen)
+            # SDPA's is_causal is aligned top-left: pass the bottom-right mask instead
+            mask = torch.arange(S)[None, :] <= torch.arange(T)[:, None] + (S - T) if causal else None
+            fns = {
+                "triton": lambda q, k, v: fref.flash_attention(q, k, v, causal=causal, block_q=tile, block_k=tile),
+                "loop": lambda q, k, v: tref.flash_attention(q, k, v, causal=causal),
+                "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True),
+            }
+            with torch.no_grad():
+                t = {name: best_time(lambda: fn(q, k, v), repeats) for name, fn in fns.items()}
+                err = (fns["triton"](q, k, v) - fns["sdpa"](q, k, v)).abs().max().item()
+            t_fb = best_time(lambda: _forward_backward(fns["triton"], q, k, v, g), repeats)
+            print(f"{T:>5} {S:>5} {H:>3} {H_kv:>4} {Dh:>4} {tile:>4} {'causal' if causal else 'full':>6} | "
+                  f"{t['triton']:12.3f} {t_fb:10.3f} | {t['loop']:10.4f} {t['sdpa']:10.4f} | {err:16.1e}", flush=True)
+
+
+def _cuda_time_and_peak(fn, repeats):
+    """Best CUDA-synchronised seconds of ``repeats`` calls (after one warm-up call) and peak extra bytes."""
+    import torch
+
+    fn()  # warm-up: compiles the Triton kernels, picks the SDPA kernel, fills the allocator's cache
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return min(times), torch.cuda.max_memory_allocated() - before
+
+
+def run_triton_gpu(sizes, repeats, causal_t):
+    import torch
+    import torch.nn.functional as F
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from transformer_ref import torch as tref
+    from transformer_ref import triton as fref
+
+    def sdpa_flash(q, k, v, causal):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    impls = {
+        "triton": lambda q, k, v, causal: fref.flash_attention(q, k, v, causal=causal),
+        "sdpa": sdpa_flash,
+        "loop": lambda q, k, v, causal: tref.flash_attention(q, k, v, causal=causal),
+    }
+    print(f"\nTriton {triton.__version__} compiled, torch {torch.__version__} on {torch.cuda.get_device_name()}: "
+          f"batch 1 x {TRITON_HEADS} heads, T = S; best of {repeats}; memory = peak CUDA allocation above the inputs")
+    print("sdpa = F.scaled_dot_product_attention restricted to its flash backend; loop = transformer_ref.torch")
+    names = list(impls)
+    print(f"{'T':>6} {'mask':>6} {'dtype':>8} {'D':>4} | " + " ".join(f"{n + ' fwd ms':>14}" for n in names) + " | "
+          + " ".join(f"{n + ' f+b ms':>14}" for n in names) + " | " + " ".join(f"{n + ' f+b MiB':>14}" for n in names))
+    rows = [(T, False) for T in sizes] + ([(causal_t, True)] if causal_t else [])
+    for dtype in (torch.float16, torch.bfloat16):
+        for Dh in (64, 128):
+            for T, causal in rows:
+                fwd, fb, mem = _triton_gpu_row(impls, T, causal, dtype, Dh, repeats)
+                print(f"{T:>6} {'causal' if causal else 'full':>6} {str(dtype).removeprefix('torch.'):>8} {Dh:>4} | "
+                      + " ".join(f"{1e3 * fwd[n]:14.2f}" for n in names) + " | "
+                      + " ".join(f"{1e3 * fb[n]:14.2f}" for n in names) + " | "
+                      + " ".join(f"{mem[n] / 2**20:14.1f}" for n in names), flush=True)
+                torch.cuda.empty_cache()
+
+
+def _triton_gpu_row(impls, T, causal, dtype, Dh, repeats):
+    """Forward seconds, forward+backward seconds and forward+backward peak bytes of each implementation."""
+    import torch
+
+    q, k, v, g = (torch.randn(1, TRITON_HEADS, T, Dh, device="cuda", dtype=dtype) for _ in range(4))
+    for x in (q, k, v):
+        x.requires_grad_()
+    fwd, fb, mem = {}, {}, {}
+    for name, fn in impls.items():
+        def forward(fn=fn):
+            with torch.no_grad():
+                fn(q, k, v, causal)
+
+        def forward_backward(fn=fn):
+            _forward_backward(lambda q, k, v: fn(q, k, v, causal), q, k, v, g)
+
+        fwd[name], _ = _cuda_time_and_peak(forward, repeats)
+        fb[name], mem[name] = _cuda_time_and_peak(forward_backward, repeats)
+    return fwd, fb, mem
+
+
+def run_triton(sizes, repeats, causal_t, threads):
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        sys.exit("--backend triton needs triton: .venv/bin/python -m pip install -r requirements-triton.lock")
+    # imported before anything else can import triton, so that it may choose the interpreter
+    from transformer_ref import triton as fref
+
+    if fref.INTERPRETED:
+        run_triton_cpu(repeats, threads)
+    else:
+        run_triton_gpu(sizes, repeats, causal_t)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-t", type=int, default=16384, help="largest T = S (default 16384)")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per measurement, best kept")
-    parser.add_argument("--backend", choices=["numpy", "torch", "both"], default="both")
+    parser.add_argument("--backend", choices=["numpy", "torch", "both", "triton"], default="both",
+                        help="triton: the Triton kernels (GPU, or the interpreter on CPU); not part of 'both'")
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads (default 2)")
     parser.add_argument("--probe", nargs=2, metavar=("NAME", "T"), help=argparse.SUPPRESS)
     parser.add_argument("--causal", action="store_true", help=argparse.SUPPRESS)
@@ -173,6 +322,8 @@ def main():
         run_numpy(sizes, args.repeats, causal_t, args.threads)
     if args.backend in ("torch", "both"):
         run_torch(sizes, args.repeats, causal_t, args.threads)
+    if args.backend == "triton":
+        run_triton(sizes, args.repeats, causal_t, args.threads)
 
 
 if __name__ == "__main__":
