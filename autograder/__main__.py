@@ -38,12 +38,24 @@ def _students(text):
     return [s for s in text.split(",") if s] if text else None
 
 
+def known_assignment(root, assignment):
+    """Exit with one line unless ``assignment`` has source notebooks under ``root``."""
+    from .release import source_assignments
+
+    known = source_assignments(root)
+    if assignment not in known:
+        sys.exit(f"unknown assignment {assignment!r}: {Path(root).resolve() / 'solutions'} has "
+                 f"{', '.join(known) or 'none'}")
+
+
 def cmd_generate(args):
     from .release import generate, source_assignments, stale_notebooks
 
     names = source_assignments(args.root) if args.all else args.assignment
     if not names:
         sys.exit("name an assignment or use --all")
+    for name in names:
+        known_assignment(args.root, name)
     stale = []
     for name in names:
         if args.check:
@@ -63,11 +75,8 @@ def cmd_grade(args):
     limits = Limits(cell_timeout=args.timeout_cell, notebook_timeout=args.timeout_notebook,
                     memory_mb=args.memory_mb, output_limit=args.output_limit,
                     max_tasks=args.max_tasks, disk_mb=args.disk_mb)
-    results = grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs,
-                    limits=limits, students=_students(args.students),
-                    progress=not args.no_progress)
-    if not results:
-        print(f"no submissions of {args.assignment} under {Path(args.root) / 'submitted'}")
+    grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs, limits=limits,
+          students=_students(args.students), progress=not args.no_progress, force=args.force)
 
 
 def cmd_feedback(args):
@@ -76,6 +85,7 @@ def cmd_feedback(args):
 
     from .nbgrader_config import course_config
 
+    known_assignment(args.root, args.assignment)
     for student in _students(args.students) or ["*"]:
         c = course_config(args.root, args.db or default_db_url(args.root), args.assignment, student)
         c.BaseConverter.force = True
@@ -84,13 +94,23 @@ def cmd_feedback(args):
 
 
 def cmd_export(args):
-    from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
 
-    plugin = CsvExportPlugin(to=args.to, assignment=[args.assignment] if args.assignment else [])
-    with Gradebook(args.db or default_db_url(args.root)) as gb:
-        plugin.export(gb)
-    print(f"exported to {args.to}")
+    from .gradebook import GradebookError, open_gradebook
+
+    if args.assignment:
+        known_assignment(args.root, args.assignment)
+    to = Path(args.to) if Path(args.to).is_absolute() else Path(args.root).resolve() / args.to
+    db_url = args.db or default_db_url(args.root)
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).exists():
+        sys.exit(f"no gradebook at {db_url[len('sqlite:///'):]}: grade something first")
+    plugin = CsvExportPlugin(to=str(to), assignment=[args.assignment] if args.assignment else [])
+    try:
+        with open_gradebook(db_url) as gb:
+            plugin.export(gb)
+    except GradebookError as error:
+        sys.exit(str(error))
+    print(f"exported to {to}")
 
 
 def parser():
@@ -136,6 +156,8 @@ def parser():
                    help=f"size of each kernel's private scratch folder in MiB (default {d.disk_mb})")
     p.add_argument("--students", default=None, metavar="A,B",
                    help="grade only these students (comma-separated ids)")
+    p.add_argument("--force", action="store_true",
+                   help="re-grade submissions that are unchanged since they were last graded")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grade)
 
@@ -155,8 +177,8 @@ def parser():
                                    "row per student and assignment, manual grades and late "
                                    "penalties applied).")
     p.add_argument("assignment", nargs="?", help="only this assignment (default: all)")
-    p.add_argument("--to", default="gradebook_export.csv", help="output file "
-                   "(default gradebook_export.csv)")
+    p.add_argument("--to", default="gradebook_export.csv", help="output file, relative to the "
+                   "course root or absolute (default gradebook_export.csv)")
     p.set_defaults(func=cmd_export)
     return top
 

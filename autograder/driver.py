@@ -2,25 +2,38 @@
 
 The parent process
 
-1. generates the student version into a scratch folder (to audit submissions
-   against it) and registers the assignment in the class gradebook and in a
+1. takes the course's lock (a second ``grade`` on the same course is refused with
+   a message naming the running one), generates the student version into a
+   scratch folder and registers the assignment in the class gradebook and in a
    scratch *template* gradebook;
 2. starts ``jobs`` worker processes (:mod:`autograder.worker`), each with its own
-   copy of the template gradebook, and hands them one student at a time;
-3. copies every result into the class gradebook as it arrives (only the parent
-   writes there, so parallel workers cannot corrupt it), replacing any earlier
-   grades of that student (re-grading is idempotent; manual scores are kept);
+   copy of the template gradebook, and hands them one student at a time
+   (students whose submission is unchanged since it was last graded are skipped,
+   unless ``force``);
+3. records every :class:`~autograder.results.StudentResult` in the class
+   gradebook as it arrives, then writes its autograded notebook and feedback
+   page (only the parent writes under the course root, so the gradebook and the
+   files always agree, and parallel workers cannot corrupt anything);
 4. replaces a worker that dies or runs past its watchdog (the student is
    recorded as an error with zero marks, the class goes on);
-5. writes ``grades.csv`` and prints the class summary.
+5. on SIGINT, SIGTERM or SIGHUP stops at once: workers and their sandboxed
+   kernels are killed, scratch folders and cgroups removed, and what was recorded
+   so far stays recorded (running ``grade`` again finishes the rest);
+6. writes ``grades.csv`` and prints the class summary; keeps the worker log of
+   every student whose grading failed under ``logs/``.
 """
 
+import ctypes
+import fcntl
+import json
 import multiprocessing
 import os
 import shutil
+import signal
+import socket
 import tempfile
-import warnings
 from collections import deque
+from datetime import datetime, timezone
 from multiprocessing.connection import wait
 from pathlib import Path
 from time import monotonic
@@ -29,17 +42,31 @@ import nbformat
 
 from . import sandbox, summary, worker
 from .audit import grade_id, is_locked
+from .gradebook import GradebookError, check_url, record
 from .limits import Limits
-from .nbgrader_config import SOURCE, SUBMITTED, default_db_url
+from .nbgrader_config import AUTOGRADED, SOURCE, SUBMITTED, default_db_url
 from .release import generate
+from .results import ERROR, StudentResult
 from .similarity import similar_pairs
+
+LOCK = ".autograder.lock"
+STAMP = ".autograder.json"  # beside each autograded submission: the digest it was graded from
+LOGS = "logs"
+
+
+class Interrupted(Exception):
+    """The driver received SIGINT, SIGTERM or SIGHUP."""
 
 
 def find_students(root, assignment, only=None):
     """Students with at least one notebook in ``submitted/<student>/<assignment>/``."""
     base = Path(root) / SUBMITTED
+    if not base.is_dir():
+        raise SystemExit(f"no {SUBMITTED}/ folder under {root}: collect submissions into "
+                         f"{SUBMITTED}/<student>/{assignment}/ first")
     found = sorted(d.name for d in base.iterdir()
-                   if any((d / assignment).glob("*.ipynb"))) if base.is_dir() else []
+                   if (d / assignment).is_dir()
+                   and any(p.suffix == ".ipynb" for p in (d / assignment).iterdir()))
     if only:
         unknown = sorted(set(only) - set(found))
         if unknown:
@@ -67,7 +94,7 @@ class Worker:
         # gradebook connection or threads while it forks.
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker.main, args=(child, settings, index), daemon=True)
+        self.process = ctx.Process(target=worker_main, args=(child, settings, index), daemon=True)
         self.process.start()
         child.close()
         self.student, self.started = None, 0.0
@@ -79,17 +106,27 @@ class Worker:
         sandbox.sweep_cgroups()
 
 
+def worker_main(conn, settings, index):
+    """A worker's entry: it dies with the driver, and leaves signals to the driver."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the driver decides
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.getppid() == 1:  # the driver died before the line above ran
+        os._exit(1)
+    worker.main(conn, settings, index)
+
+
 def failed(student, error, seconds):
     """The result of a student whose grading crashed outside nbgrader."""
-    return dict(student=student, status="error", error=error, events=[], tampered=[], deleted=[],
-                flags=[], unreadable=[], missing=[], resemblances=[], functions={}, timestamp=None,
-                notebooks=[], seconds=seconds)
+    return StudentResult(student=student, status=ERROR, error=error, seconds=seconds)
 
 
-def run_pool(settings, students, jobs, watchdog, on_result, meanwhile=None):
+def run_pool(settings, students, jobs, watchdog, on_result):
     """Grade ``students`` on ``jobs`` workers; call ``on_result(result)`` in the parent.
 
-    ``meanwhile()`` runs in the parent once the workers have their first students.
+    Any exception (an interruption included) kills every worker, and with them
+    their kernels, at once.
     """
     pending = deque(students)
     workers, next_index = [], 0
@@ -100,8 +137,6 @@ def run_pool(settings, students, jobs, watchdog, on_result, meanwhile=None):
         for w in workers:
             w.student, w.started = pending.popleft(), monotonic()
             w.conn.send(w.student)
-        if meanwhile:
-            meanwhile()
         while pending or any(w.student for w in workers):
             for w in workers:
                 if w.student is None and pending:
@@ -133,107 +168,210 @@ def run_pool(settings, students, jobs, watchdog, on_result, meanwhile=None):
                     workers[i] = Worker(settings, next_index)
                     next_index += 1
                 on_result(result)
-    finally:
+    except BaseException:
         for w in workers:
-            if w.process.is_alive() and w.student is None:
-                w.conn.send(None)
-        for w in workers:
-            w.process.join(timeout=10)
             w.kill()
+        sandbox.kill_run_cgroups(settings.run_id)
+        raise
+    for w in workers:
+        if w.process.is_alive():
+            w.conn.send(None)
+    for w in workers:
+        w.process.join(timeout=10)
+        w.kill()
 
 
 def flag_similar(results):
     """Flag students whose functions look copied from each other (for a human to look at)."""
-    by_student = {r["student"]: r for r in results}
-    pairs = similar_pairs({r["student"]: r.get("functions", {}) for r in results})
-    for student, other, function, share in pairs:
+    by_student = {r.student: r for r in results}
+    for student, other, function, share in similar_pairs({r.student: r.functions for r in results}):
         for me, them in ((student, other), (other, student)):
             result = by_student[me]
-            result["flags"] = sorted(set(result["flags"]) | {"similar-to-classmate"})
-            result.setdefault("similar", []).append(f"{function} ~ {them} ({share:.0%})")
+            result.flags = sorted(set(result.flags) | {"similar-to-classmate"})
+            result.similar.append(f"{function} ~ {them} ({share:.0%})")
 
 
-def record(db_url, assignment, result):
-    """Copy one student's result into the class gradebook; return (score, max_score, needs_manual)."""
-    import sqlalchemy.exc
-    from nbgrader.api import Gradebook, MissingEntry
+def write_files(root, files):
+    """Write ``{path under root: bytes}``, each file atomically, replacing what a re-grade replaces."""
+    folders = {Path(p).parts[:3] for p in files}  # (kind, student, assignment)
+    for parts in folders:
+        shutil.rmtree(Path(root, *parts), ignore_errors=True)
+    for relative, data in files.items():
+        path = Path(root) / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
 
-    student = result["student"]
-    with warnings.catch_warnings(), Gradebook(db_url) as gb:
-        # nbgrader's update_or_create_submission trips harmless SQLAlchemy autoflush warnings
-        warnings.simplefilter("ignore", sqlalchemy.exc.SAWarning)
-        gb.update_or_create_student(student)
-        extra = {"timestamp": result["timestamp"]} if result["timestamp"] else {}
-        sub = gb.update_or_create_submission(assignment, student, **extra)
-        graded = {nb["name"]: nb for nb in result["notebooks"]}
-        for notebook in sub.notebooks:
-            data = graded.get(notebook.name)
-            scores = {g["name"]: g["auto_score"] for g in data["grades"]} if data else {}
-            if data:
-                notebook.late_submission_penalty = data["late_penalty"]
-            for grade in notebook.grades:
-                auto = 0.0 if result["status"] != "ok" else scores.get(grade.name, 0.0)
-                grade.auto_score = auto
-                grade.needs_manual_grade = grade.manual_score is not None or auto is None
-            comments = {c["name"]: c["auto_comment"] for c in data["comments"]} if data else {}
-            for comment in notebook.comments:
-                comment.auto_comment = comments.get(comment.name)
-        gb.db.commit()
+
+def stamp_path(root, student, assignment):
+    return Path(root) / AUTOGRADED / student / assignment / STAMP
+
+
+def up_to_date(root, db_url, assignment, students):
+    """Students whose submission is unchanged since it was graded and recorded."""
+    from nbgrader.api import MissingEntry
+
+    from .gradebook import open_gradebook
+
+    fresh = []
+    with open_gradebook(db_url) as gb:
+        for student in students:
+            try:
+                stamp = json.loads(stamp_path(root, student, assignment).read_text())
+                gb.find_submission(assignment, student)
+            except (OSError, ValueError, MissingEntry):
+                continue
+            folder = Path(root) / SUBMITTED / student / assignment
+            if stamp.get("digest") == worker.submission_digest(folder):
+                fresh.append(student)
+    return fresh
+
+
+class CourseLock:
+    """One ``grade`` at a time per course: an exclusive lock on ``<root>/.autograder.lock``.
+
+    The lock file says who holds it (host, pid, assignment, start time); the kernel
+    releases the lock when that process ends, however it ends.
+    """
+
+    def __init__(self, root, assignment):
+        self.path, self.assignment, self.fd = Path(root) / LOCK, assignment, None
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            sub = gb.find_submission(assignment, student)
-        except MissingEntry:  # pragma: no cover - just created
-            return 0.0, 0.0, False
-        return sub.score, sub.max_score, bool(sub.needs_manual_grade)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(self.fd, 1000).decode(errors="replace").strip() or "another run"
+            os.close(self.fd)
+            raise SystemExit(f"another grading run holds this course: {holder}; "
+                             "wait for it to finish (or stop it) and run grade again") from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, (f"grade {self.assignment}, pid {os.getpid()} on {socket.gethostname()}, "
+                           f"since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n").encode())
+        return self
+
+    def __exit__(self, *exc):
+        os.ftruncate(self.fd, 0)
+        os.close(self.fd)
+
+
+class Signals:
+    """Turn SIGINT, SIGTERM and SIGHUP into :class:`Interrupted` while grading."""
+
+    NAMES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self):
+        self.saved = {s: signal.signal(s, self.handle) for s in self.NAMES}
+        return self
+
+    def handle(self, signum, frame):
+        for s in self.NAMES:  # a second signal during the clean-up must not cut it short
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signal.Signals(signum).name)
+
+    def __exit__(self, *exc):
+        for s, handler in self.saved.items():
+            signal.signal(s, handler)
 
 
 def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=None,
-          progress=True, out=None, sandboxed=True):
-    """Grade every submission of ``assignment``; return the list of result dicts.
+          progress=True, out=None, sandboxed=True, force=False):
+    """Grade every submission of ``assignment``; return the list of :class:`StudentResult`.
 
     Writes the gradebook, ``autograded/``, ``feedback/`` and ``grades.csv``
     under ``root`` and prints the class summary to ``out`` (default stdout).
+    Submissions unchanged since they were graded are skipped unless ``force``.
     ``sandboxed=False`` runs kernels without the OS sandbox: only for notebooks
-    you trust (e.g. checking the instructor's own solutions).
+    you trust (e.g. checking the instructor's own solutions). Bad input (an
+    unknown assignment, no submissions, a gradebook URL that cannot work) raises
+    ``SystemExit`` with one line and changes nothing; an interrupted run raises
+    ``SystemExit`` after recording what was finished.
     """
+    from .release import source_assignments
+
     root = Path(root).resolve()
     limits = limits or Limits()
     db_url = db_url or default_db_url(root)
-    if not (root / SOURCE / assignment).is_dir():
-        raise SystemExit(f"no source notebooks in {root / SOURCE / assignment}")
+    known = source_assignments(root)
+    if assignment not in known:
+        raise SystemExit(f"unknown assignment {assignment!r}: {root / SOURCE} has "
+                         f"{', '.join(known) or 'none'}")
+    try:
+        check_url(db_url)
+    except GradebookError as error:
+        raise SystemExit(str(error)) from None
     if sandboxed and (reason := sandbox.unavailable_reason()):
         raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
     names = find_students(root, assignment, students)
+    if not names:
+        raise SystemExit(f"no submissions of {assignment} under {root / SUBMITTED}: nothing graded")
     jobs = max(1, jobs or os.cpu_count() or 1)
+    with CourseLock(root, assignment), Signals():
+        return _grade_class(assignment, root, db_url, jobs, limits, names, progress, out,
+                            sandboxed, force)
+
+
+def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, sandboxed, force):
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
     os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
-    start = monotonic()
+    start, results, stopped = monotonic(), [], None
+    tests, settings = [], None
     try:
         release = generate(assignment, root, release_dir=workdir / "release",
                            db_url=f"sqlite:///{workdir}/template.db")
+        tests = test_cells(release)
         settings = worker.Settings(
             root=str(root), assignment=assignment, template_db=str(workdir / "template.db"),
-            release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed)
+            release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed,
+            run_id=workdir.name.rsplit("-", 1)[-1])
+        generate(assignment, root, release_dir=workdir / "release-db", db_url=db_url)
+        skipped = [] if force else up_to_date(root, db_url, assignment, names)
+        todo = [n for n in names if n not in skipped]
         n_notebooks = max(1, len(list(release.glob("*.ipynb"))))
         watchdog = n_notebooks * (limits.notebook_timeout + 60) + 60
-        bar = summary.Progress(len(names), enabled=progress)
-        results = []
+        bar = summary.Progress(len(todo), enabled=progress)
 
         def on_result(result):
-            result["score"], result["max_score"], result["needs_manual"] = record(db_url, assignment, result)
-            results.append(result)
-            bar.update(result["student"])
+            signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
+            try:
+                keep(root, db_url, assignment, result)
+                results.append(result)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
+            bar.update(result.student)
 
-        def register():  # the class gradebook learns the assignment while workers start
-            generate(assignment, root, release_dir=workdir / "release-db", db_url=db_url)
-
-        run_pool(settings, names, jobs, watchdog, on_result, meanwhile=register)
+        try:
+            run_pool(settings, todo, jobs, watchdog, on_result)
+        except Interrupted as signal_name:
+            stopped = str(signal_name)
         bar.close()
-        results.sort(key=lambda r: r["student"])
-        flag_similar(results)
-        tests = test_cells(release)
-        summary.write_csv(root / "grades.csv", assignment, results, tests)
-        summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out)
-        return results
     finally:
         sandbox.sweep_cgroups()
         shutil.rmtree(workdir, ignore_errors=True)
+    results.sort(key=lambda r: r.student)
+    flag_similar(results)
+    summary.write_csv(root / "grades.csv", assignment, results, tests)
+    if settings is not None:
+        summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out,
+                       skipped=[] if stopped else skipped)
+    if stopped:
+        raise SystemExit(f"stopped by {stopped}: {len(results)} submission(s) recorded, "
+                         f"{len(todo) - len(results)} not graded; run grade again to finish")
+    return results
+
+
+def keep(root, db_url, assignment, result):
+    """Record ``result``: gradebook first, then its files, then the stamp that marks it done."""
+    stamp = stamp_path(root, result.student, assignment)
+    stamp.unlink(missing_ok=True)
+    result.score, result.max_score, result.needs_manual = record(db_url, assignment, result)
+    write_files(root, result.files)
+    if result.status != "ok" and result.log:
+        log = Path(root) / LOGS / assignment / f"{result.student}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(result.log)
+    if result.digest:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"digest": result.digest, "status": result.status}))

@@ -70,9 +70,9 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     @property
     def cgroup(self):
-        """The name of this kernel's cgroup (``k<launcher pid>``), or None."""
+        """The name of this kernel's cgroup (see :func:`autograder.sandbox.kernel_group`), or None."""
         pid = getattr(self.provisioner, "pid", None) if self.provisioner else None
-        return f"k{pid}" if pid else None
+        return sandbox.kernel_group(pid) if pid else None
 
     def kill_everything(self):
         """SIGKILL the kernel and every process it started (its whole cgroup)."""

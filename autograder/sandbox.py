@@ -5,7 +5,7 @@ options]`` is the command that :class:`autograder.kernel_manager.SandboxedKernel
 launches for each kernel. It reads the run's :class:`~autograder.limits.Limits`
 (JSON in ``AUTOGRADER_LIMITS``) and then, in this order:
 
-1. as root, creates a cgroup of its own (``autograder/k<pid>``, cgroup v2 or the v1
+1. as root, creates a cgroup of its own (``autograder/k<run>-<pid>``, cgroup v2 or the v1
    ``pids`` and ``memory`` controllers) with the process and memory caps, and moves
    itself into it, so everything the kernel ever starts is counted and can be
    killed as one;
@@ -40,6 +40,13 @@ NOBODY = 65534
 CGROUP = "/sys/fs/cgroup"
 GROUP = "autograder"  # every kernel's cgroup lives under <controller>/autograder/
 SCRATCH = "/tmp"     # the kernel's home, working directory and only writable place
+RUN_ENV = "AUTOGRADER_RUN"  # a grading run's id, in the names of its kernels' cgroups
+
+
+def kernel_group(pid, run=None):
+    """The cgroup name of the kernel launched as ``pid`` (``k<run>-<pid>``, or ``k<pid>``)."""
+    run = os.environ.get(RUN_ENV, "") if run is None else run
+    return f"k{run}-{pid}" if run else f"k{pid}"
 
 
 # -- cgroups ---------------------------------------------------------------------------
@@ -133,11 +140,25 @@ def sweep_cgroups():
         except OSError:
             continue
         for name in names:
-            if name.startswith("k") and name[1:].isdigit() and not _tasks(os.path.join(path, name)):
+            if name.startswith("k") and not _tasks(os.path.join(path, name)):
                 try:
                     os.rmdir(os.path.join(path, name))
                 except OSError:
                     pass
+
+
+def kill_run_cgroups(run):
+    """Kill every kernel of grading run ``run`` and remove their cgroups."""
+    if not run:
+        return
+    names = set()
+    for path in _group_dirs(""):
+        try:
+            names.update(n for n in os.listdir(path) if n.startswith(f"k{run}-"))
+        except OSError:
+            continue
+    for name in names:
+        kill_cgroup(name)
 
 
 def memory_reading(name):
@@ -280,7 +301,7 @@ def launch(argv):
     as_root = os.geteuid() == 0
     if as_root:
         sweep_cgroups()
-        create_cgroup(f"k{os.getpid()}", limits["max_tasks"], limits["memory_mb"] * 2**20)
+        create_cgroup(kernel_group(os.getpid()), limits["max_tasks"], limits["memory_mb"] * 2**20)
     set_rlimits(limits)
     kernel = [sys.executable, "-P", "-X", "frozen_modules=off", "-m", "ipykernel_launcher", *argv]
     command = bwrap_argv(kernel, socket_dir, limits, as_root=as_root)

@@ -43,29 +43,27 @@ class Progress:
 
 def limits_hit(result):
     """Sorted limit kinds hit by a result ('timeout', 'hang', 'crash', 'output', ...)."""
-    return sorted({e["kind"] for e in result["events"] if e["kind"] in LIMIT_KINDS})
+    return [kind for kind in result.limits if kind in LIMIT_KINDS]
 
 
 def failed_tests(result, tests):
     """Test cells (grade ids) of ``tests`` that did not get full marks."""
-    scores = {(nb["name"], g["name"]): (g["auto_score"], g["max_score"])
-              for nb in result["notebooks"] for g in nb["grades"]}
+    scores = {(nb.name, g.name): (g.auto_score, g.max_score)
+              for nb in result.notebooks for g in nb.grades}
     return [gid for nb, gid in tests
-            if result["status"] != "ok" or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
+            if result.status != "ok" or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
 
 
 def csv_row(assignment, result, tests):
     return dict(
-        student=result["student"], assignment=assignment,
-        score=f"{result['score']:g}", max_score=f"{result['max_score']:g}",
-        status=result["status"], needs_manual=int(bool(result["needs_manual"])),
-        seconds=f"{result['seconds']:.1f}",
+        student=result.student, assignment=assignment,
+        score=f"{result.score:g}", max_score=f"{result.max_score:g}",
+        status=result.status, needs_manual=int(bool(result.needs_manual)),
+        seconds=f"{result.seconds:.1f}",
         failed_tests=";".join(failed_tests(result, tests)),
         limits=";".join(limits_hit(result)),
-        tampered=";".join(result["tampered"]), deleted=";".join(result["deleted"]),
-        flags=";".join(result["flags"] + [f"missing:{n}" for n in result["missing"]]
-                       + [f"unreadable:{n}" for n in result["unreadable"]]),
-        error=result["error"] or "")
+        tampered=";".join(result.tampered), deleted=";".join(result.deleted),
+        flags=";".join(result.flags), error=result.error or result.message or "")
 
 
 def write_csv(path, assignment, results, tests=()):
@@ -76,7 +74,7 @@ def write_csv(path, assignment, results, tests=()):
             for row in csv.DictReader(f):
                 rows[(row["assignment"], row["student"])] = {k: row.get(k, "") for k in CSV_FIELDS}
     for result in results:
-        rows[(assignment, result["student"])] = csv_row(assignment, result, tests)
+        rows[(assignment, result.student)] = csv_row(assignment, result, tests)
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
@@ -101,7 +99,7 @@ def isolation(settings):
     return f"sandboxed (bubblewrap, user nobody, no network; {caps})"
 
 
-def report(assignment, results, tests, seconds, jobs, settings, out=None):
+def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=()):
     """Print the class summary."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
@@ -111,33 +109,36 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None):
       f" (cell {lim.cell_timeout} s, notebook {lim.notebook_timeout:g} s,"
       f" memory {lim.memory_mb} MiB, output {lim.output_limit} B/cell, scratch {lim.disk_mb} MiB;"
       f" {isolation(settings)}).")
+    if skipped:
+        p(f"Unchanged since last graded (skipped; --force re-grades them): {len(skipped)}")
     if not n:
         return
-    scores = [r["score"] for r in results]
+    scores = [r.score for r in results]
     p(f"Score: mean {sum(scores) / n:.2f}, min {min(scores):g}, max {max(scores):g}"
-      f" of {max(r['max_score'] for r in results):g}")
+      f" of {max(r.max_score for r in results):g}")
     failures = Counter(t for r in results for t in failed_tests(r, tests))
     if tests:
         p("Tests passed:")
         width = max(len(gid) for _, gid in tests)
         for _, gid in tests:
             p(f"  {gid:<{width}}  {n - failures[gid]:>4}/{n}")
-    slow = sorted(results, key=lambda r: -r["seconds"])[:5]
-    p("Slowest: " + ", ".join(f"{r['student']} {r['seconds']:.1f} s" for r in slow))
+    slow = sorted(results, key=lambda r: -r.seconds)[:5]
+    p("Slowest: " + ", ".join(f"{r.student} {r.seconds:.1f} s" for r in slow))
     sections = [
         ("Hit a limit", lambda r: ", ".join(
-            f"{e['kind']} in {e['grade_id'] or 'cell ' + str(e['cell'])}" for e in r["events"]
-            if e["kind"] in LIMIT_KINDS)),
-        ("Edited test cells (restored)", lambda r: ", ".join(r["tampered"])),
-        ("Deleted test cells (restored)", lambda r: ", ".join(r["deleted"])),
-        ("Suspicious code", lambda r: ", ".join(r["flags"])),
-        ("Resembles the reference (check by hand)", lambda r: "; ".join(r.get("resemblances", []))),
-        ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.get("similar", []))),
-        ("Missing or unreadable notebooks", lambda r: ", ".join(r["missing"] + r["unreadable"])),
-        ("Errors (scored 0)", lambda r: r["error"] or ""),
+            f"{e.kind} in {e.grade_id or 'cell ' + str(e.cell)}" for e in r.events
+            if e.kind in LIMIT_KINDS)),
+        ("Edited test cells (restored)", lambda r: ", ".join(r.tampered)),
+        ("Deleted test cells (restored)", lambda r: ", ".join(r.deleted)),
+        ("Suspicious code", lambda r: ", ".join(r.flags)),
+        ("Resembles the reference (check by hand)", lambda r: "; ".join(r.resemblances)),
+        ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.similar)),
+        ("Which notebook was graded", lambda r: r.message if r.status == "ok" else ""),
+        ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in ("missing", "unreadable") else ""),
+        ("Errors (scored 0; worker logs in logs/)", lambda r: r.error or "" if r.status == "error" else ""),
     ]
     for title, describe in sections:
-        lines = [(r["student"], describe(r)) for r in results if describe(r)]
+        lines = [(r.student, describe(r)) for r in results if describe(r)]
         if lines:
             p(f"{title}: {len(lines)}")
             for student, text in lines:

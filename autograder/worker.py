@@ -10,6 +10,7 @@ which no kernel can see. The parent copies the scores into the class gradebook,
 one student at a time.
 """
 
+import hashlib
 import logging
 import os
 import shutil
@@ -22,8 +23,13 @@ from time import monotonic
 import nbformat
 
 from .audit import audit, restore_deleted
+from .gradebook import read_scores
+from .intake import take_in
 from .limits import Limits
-from .nbgrader_config import SUBMITTED, autograde_settings, course_config, prepare_nbgrader
+from .nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings, course_config,
+                              prepare_nbgrader)
+from .sandbox import RUN_ENV
+from .results import ERROR, OK, LimitEvent, StudentResult
 
 
 @dataclass
@@ -37,6 +43,7 @@ class Settings:
     workdir: str           # scratch space of the whole run (no kernel can see it)
     limits: Limits = field(default_factory=Limits)
     sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
+    run_id: str = ""        # names this run's kernel cgroups, so the driver can kill them all
 
 
 def autograde_config(settings, db_url, student, scratch):
@@ -49,59 +56,64 @@ def autograde_config(settings, db_url, student, scratch):
     return c
 
 
-def stage_submission(settings, student, scratch):
-    """Copy the student's notebooks into ``scratch``, audited and repaired.
+INTERNAL_ID = "student"  # the id every submission has inside a worker: no glob characters
 
-    Only notebooks (and ``timestamp.txt``) are copied: other files could shadow
-    modules. Deleted test cells are put back; unreadable notebooks are left out
-    (nbgrader then scores them 0). Returns the audit record.
+
+def stage_submission(settings, student, scratch):
+    """Take in the student's notebook, audit it and put it in ``scratch`` for nbgrader.
+
+    :func:`autograder.intake.take_in` decides which notebook to grade (any name; the
+    newest of several; a copy without nbgrader metadata re-seated into the release
+    notebook) or why none can be. Only that notebook (and ``timestamp.txt``) is
+    staged: other files could shadow modules. Deleted test cells are put back.
+    Returns the :class:`StudentResult` so far.
     """
     source = Path(settings.root) / SUBMITTED / student / settings.assignment
-    dest = Path(scratch) / student / settings.assignment
+    dest = Path(scratch) / INTERNAL_ID / settings.assignment
     shutil.rmtree(scratch, ignore_errors=True)
     dest.mkdir(parents=True)
+    result = StudentResult(student=student, digest=submission_digest(source))
     if (source / "timestamp.txt").is_file():
         shutil.copy(source / "timestamp.txt", dest)
-    record = dict(tampered=[], deleted=[], flags=[], unreadable=[], missing=[], resemblances=[],
-                  functions={})
     for release_path in sorted(Path(settings.release_dir).glob("*.ipynb")):
-        path = source / release_path.name
-        if not path.is_file():
-            record["missing"].append(release_path.name)
-            continue
-        try:
-            nb = nbformat.read(path, as_version=4)
-        except Exception:
-            record["unreadable"].append(release_path.name)
-            continue
         release = nbformat.read(release_path, as_version=4)
+        intake = take_in(source, release)
+        result.message = "; ".join(m for m in (result.message, intake.message) if m)
+        if intake.status != OK:
+            result.status = intake.status
+            continue
+        nb = intake.notebook
+        if intake.reseated:
+            result.flags.append("reseated")
         found = audit(nb, release)
         for key in ("tampered", "deleted", "flags", "resemblances"):
-            record[key] += [x for x in found[key] if x not in record[key]]
-        record["functions"].update(found["functions"])
+            getattr(result, key).extend(x for x in found[key] if x not in getattr(result, key))
+        result.functions.update(found["functions"])
         if found["deleted"]:
             nb = restore_deleted(nb, release)
         nbformat.write(nb, dest / release_path.name)
-    return record
+    return result
 
 
-def read_scores(db_url, assignment, student):
-    """Scores of one submission in a gradebook, as plain data."""
-    from nbgrader.api import Gradebook, MissingEntry
+def explanation_page(student, assignment, result):
+    """The feedback page of a submission that could not be graded: what was wrong."""
+    from html import escape
 
-    with Gradebook(db_url) as gb:
-        try:
-            sub = gb.find_submission(assignment, student)
-        except MissingEntry:
-            return None, []
-        notebooks = [
-            dict(name=nb.name, late_penalty=nb.late_submission_penalty,
-                 grades=[dict(name=g.name, auto_score=g.auto_score, max_score=g.max_score)
-                         for g in nb.grades],
-                 comments=[dict(name=c.name, auto_comment=c.auto_comment) for c in nb.comments])
-            for nb in sub.notebooks
-        ]
-        return sub.timestamp, notebooks
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{escape(assignment)}: not graded</title></head><body>"
+            f"<h1>{escape(assignment)}: your submission could not be graded</h1>"
+            f"<p>{escape(result.message or result.error or result.status)}</p>"
+            f"<p>Score: 0. Hand in the assignment's notebook (a <code>.ipynb</code> file saved "
+            f"by Jupyter) and ask your instructor to grade it again.</p></body></html>").encode()
+
+
+def submission_digest(folder):
+    """SHA-256 of what a student handed in (notebooks and timestamp), by file name."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+        if path.is_file() and (path.suffix == ".ipynb" or path.name == "timestamp.txt"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 class _Shared:
@@ -130,8 +142,23 @@ def generate_feedback(config):
     converter.convert_notebooks()  # paths are absolute: no chdir needed
 
 
+def collect_files(scratch_root, student, assignment):
+    """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``."""
+    files = {}
+    for kind in (AUTOGRADED, FEEDBACK):
+        folder = Path(scratch_root) / kind / INTERNAL_ID / assignment
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if path.is_file() and path.name != "timestamp.txt":
+                files[f"{kind}/{student}/{assignment}/{path.relative_to(folder)}"] = path.read_bytes()
+    return files
+
+
 def grade_student(settings, student, workdir, db_url):
-    """Autograde one student and write their feedback; return a result dict."""
+    """Autograde one student and render their feedback, all in ``workdir``; a StudentResult.
+
+    Nothing is written under the course root: the driver records the scores and
+    writes the returned files, so the gradebook and the files on disk always agree.
+    """
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
@@ -139,22 +166,34 @@ def grade_student(settings, student, workdir, db_url):
 
     start = monotonic()
     scratch = Path(workdir) / "submitted"
-    result = dict(student=student, status="ok", error=None, events=[])
+    out = Path(workdir) / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    result = StudentResult(student=student)
     try:
-        result.update(stage_submission(settings, student, scratch))
-        execute.EVENTS.clear()
-        c = autograde_config(settings, db_url, student, scratch)
-        Autograde(coursedir=CourseDirectory(config=c), config=c).start()
-        result["events"] = list(execute.EVENTS)
-        c = course_config(settings.root, db_url, settings.assignment, student)
-        c.BaseConverter.force = True
-        generate_feedback(c)
+        result = stage_submission(settings, student, scratch)
+        if result.status == OK:
+            execute.EVENTS.clear()
+            c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
+            c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
+            Autograde(coursedir=CourseDirectory(config=c), config=c).start()
+            result.events = [LimitEvent(**e) for e in execute.EVENTS]
+            c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
+            c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
+            c.CourseDirectory.feedback_directory = str(out / FEEDBACK)
+            c.BaseConverter.force = True
+            generate_feedback(c)
+            result.files = collect_files(out, student, settings.assignment)
+        else:
+            result.files = {f"{FEEDBACK}/{student}/{settings.assignment}/{settings.assignment}.html":
+                            explanation_page(student, settings.assignment, result)}
     except Exception as error:
-        result.update(status="error", error=f"{type(error).__name__}: {error}"[:500])
-        logging.getLogger("autograder").error("%s: %s", student, traceback.format_exc())
-        result["events"] = result["events"] or list(execute.EVENTS)
-    result["timestamp"], result["notebooks"] = read_scores(db_url, settings.assignment, student)
-    result["seconds"] = monotonic() - start
+        result.status, result.error = ERROR, f"{type(error).__name__}: {error}"[:500]
+        result.log = traceback.format_exc()[-4000:]
+        logging.getLogger("autograder").error("%s: %s", student, result.log)
+        result.events = result.events or [LimitEvent(**e) for e in execute.EVENTS]
+    if result.status == OK:
+        result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
+    result.seconds = monotonic() - start
     return result
 
 
@@ -165,6 +204,7 @@ def main(conn, settings, index):
     db = workdir / "gradebook.db"
     shutil.copy(settings.template_db, db)
     os.environ.update(settings.limits.environment())
+    os.environ[RUN_ENV] = settings.run_id
     log = open(workdir / "log.txt", "a")  # nothing from a worker or its kernels reaches the console
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)

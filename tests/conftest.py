@@ -6,8 +6,17 @@
 * a hypothesis profile with few examples and no deadline, to keep the suite fast.
 """
 
-import numpy as np
-import pytest
+import os
+
+# Triton decides at import time whether its kernels run compiled or under its CPU
+# interpreter, and torch may import it early (torch._dynamo does). Without a GPU, ask
+# for the interpreter before anything imports torch, so transformer_ref.triton's tests
+# work whichever test module happens to import triton first.
+if not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 from hypothesis import settings
 
 try:

@@ -46,10 +46,36 @@ def test_help_documents_every_subcommand():
         assert "usage: python -m autograder " + name in cli(name, "--help").stdout
 
 
-def test_unknown_assignment_fails_with_a_message(course):
-    proc = cli("grade", "no-such-assignment", "--root", course, check=False)
-    assert proc.returncode != 0
-    assert "no source notebooks" in proc.stderr
+BAD_INPUT = [
+    (("grade", "no-such-assignment"), "unknown assignment 'no-such-assignment'"),
+    (("feedback", "no-such-assignment"), "unknown assignment 'no-such-assignment'"),
+    (("generate", "no-such-assignment"), "unknown assignment 'no-such-assignment'"),
+    (("export", "no-such-assignment"), "unknown assignment 'no-such-assignment'"),
+    (("grade", "toy"), "no submitted/ folder"),
+    (("grade", "toy", "--db", "sqlite:////no/such/folder/class.db"), "does not exist"),
+    (("grade", "toy", "--db", "sqlite:///{course}/solutions/toy/toy.ipynb"), "not an SQLite database"),
+    (("export",), "no gradebook"),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_a_nonzero_exit_and_no_change(course, args, words):
+    """Run from another directory (--root): one line on stderr, exit status 1, nothing written."""
+    before = sorted(p.relative_to(course) for p in course.rglob("*"))
+    args = [a.format(course=course) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "autograder", *args, "--root", str(course)],
+                          cwd="/", capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 1, proc.stderr
+    assert words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert sorted(p.relative_to(course) for p in course.rglob("*")) == before
+
+
+def test_an_empty_class_adds_nothing_to_the_gradebook(course):
+    (course / "submitted" / "ada" / "toy").mkdir(parents=True)  # a folder, no notebook
+    proc = cli("grade", "toy", "--root", course, check=False)
+    assert proc.returncode == 1 and "no submissions of toy" in proc.stderr
+    assert not (course / "gradebook.db").exists() and not (course / "grades.csv").exists()
 
 
 def test_generate_is_deterministic_and_check_detects_stale_versions(course):

@@ -267,9 +267,9 @@ def graded(request, tmp_path_factory):
         nbformat.write(nb, folder / f"{assignment}.ipynb")
     out = io.StringIO()
     results = grade(assignment, root, progress=False, out=out, **LIMITS)
-    first = {r["student"]: r["score"] for r in results}
+    first = {r.student: r.score for r in results}
     return dict(root=root, assignment=assignment, klass=klass, out=out.getvalue(),
-                results={r["student"]: r for r in results}, first=first)
+                results={r.student: r for r in results}, first=first)
 
 
 STUDENTS = ["correct", "untouched", "wrong", "partial", "skip1", "timeout", "hang", "hang1",
@@ -280,7 +280,7 @@ STUDENTS = ["correct", "untouched", "wrong", "partial", "skip1", "timeout", "han
 def expected_score(graded, student):
     """The expected score; a student name stands for that student's actual score."""
     score = graded["klass"].expected[student]["score"]
-    return graded["results"][score]["score"] if isinstance(score, str) else score
+    return graded["results"][score].score if isinstance(score, str) else score
 
 
 @pytest.mark.parametrize("student", STUDENTS)
@@ -289,29 +289,29 @@ def test_exact_score(graded, student):
         pytest.skip(f"{student} is only in the full class ({', '.join(FULL)})")
     result = graded["results"][student]
     expect = graded["klass"].expected[student]
-    assert result["status"] == "ok", result["error"]
+    assert result.status == "ok", result.error
     if student == "skip1":  # the first part undone: at most the other parts' points
         first = points(graded["klass"].parts[0])
-        assert 0 < result["score"] <= graded["klass"].total - first
+        assert 0 < result.score <= graded["klass"].total - first
         if graded["assignment"] == "toy":
-            assert result["score"] == graded["klass"].total - first
+            assert result.score == graded["klass"].total - first
     else:
-        assert result["score"] == pytest.approx(expected_score(graded, student)), (student, result["events"])
-    kinds = {e["kind"] for e in result["events"]}
+        assert result.score == pytest.approx(expected_score(graded, student)), (student, result.events)
+    kinds = {e.kind for e in result.events}
     assert expect.get("limits", set()) <= kinds
-    assert expect.get("flags", set()) <= set(result["flags"])
-    assert set(result["tampered"]) == expect.get("tampered", set())
-    assert set(result["deleted"]) == expect.get("deleted", set())
+    assert expect.get("flags", set()) <= set(result.flags)
+    assert set(result.tampered) == expect.get("tampered", set())
+    assert set(result.deleted) == expect.get("deleted", set())
 
 
 def test_honest_submissions_are_not_flagged(graded):
     """Nothing but the class-wide copy detector: this synthetic class hands in one solution."""
     for student in ("correct", "untouched", "partial", "skip1", "warnings"):
         result = graded["results"][student]
-        assert set(result["flags"]) <= {"similar-to-classmate"}, result["flags"]
-        assert not result["tampered"] and not result["deleted"]
-        assert not result["events"], result["events"]
-    assert "similar-to-classmate" in graded["results"]["correct"]["flags"] \
+        assert set(result.flags) <= {"similar-to-classmate"}, result.flags
+        assert not result.tampered and not result.deleted
+        assert not result.events, result.events
+    assert "similar-to-classmate" in graded["results"]["correct"].flags \
         or graded["assignment"] == "toy"  # the toy's functions are too short to compare
 
 
@@ -323,7 +323,7 @@ def test_gradebook_and_csv_agree_and_regrading_is_idempotent(graded):
         rows = {row["student"]: row for row in csv.DictReader(f)}
     assert set(rows) == set(graded["klass"].submissions)
     for student, row in rows.items():
-        assert float(row["score"]) == pytest.approx(graded["results"][student]["score"])
+        assert float(row["score"]) == pytest.approx(graded["results"][student].score)
     assert "tampered" not in rows["correct"]["tampered"]
     assert rows["tampered"]["tampered"] and rows["deleted"]["deleted"]
     assert "crash" in rows["segfault1"]["limits"]
@@ -331,9 +331,12 @@ def test_gradebook_and_csv_agree_and_regrading_is_idempotent(graded):
         assert "output" in rows["flood"]["limits"] and "hang" in rows["hang"]["limits"]
     assert "imports-transformer_ref" in rows["reference"]["flags"]
 
+    unchanged = grade(assignment, root, progress=False, out=io.StringIO(),
+                      students=["correct", "segfault1"], **LIMITS)
+    assert unchanged == []  # nothing changed since the first run: nothing is graded again
     again = grade(assignment, root, progress=False, out=io.StringIO(),
-                  students=["correct", "segfault1", "tampered"], **LIMITS)
-    assert {r["student"]: r["score"] for r in again} == {
+                  students=["correct", "segfault1", "tampered"], force=True, **LIMITS)
+    assert {r.student: r.score for r in again} == {
         s: graded["first"][s] for s in ("correct", "segfault1", "tampered")}
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         subs = gb.assignment_submissions(assignment)

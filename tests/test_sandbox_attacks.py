@@ -250,20 +250,20 @@ def attacked(tmp_path_factory):
                     limits=Limits(cell_timeout=8, notebook_timeout=60, memory_mb=1024,
                                   disk_mb=64))
     after_run = dict(csv=(root / "grades.csv").read_text(), db=tree_digest(root)["gradebook.db"])
-    return dict(root=root, results={r["student"]: r for r in results}, out=out.getvalue(),
+    return dict(root=root, results={r.student: r for r in results}, out=out.getvalue(),
                 submitted=submitted, after_run=after_run, total=7.0 - 1.0)
 
 
 def test_honest_classmates_score_full_marks(attacked):
     for student in ("a_honest", "b_honest", "y_honest", "z_honest"):
         result = attacked["results"][student]
-        assert result["status"] == "ok" and result["score"] == attacked["total"], result
+        assert result.status == "ok" and result.score == attacked["total"], result
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_attacker_scores_zero(attacked, attack):
     result = attacked["results"][f"m_{attack}"]
-    assert result["score"] == 0, (attack, result)
+    assert result.score == 0, (attack, result)
 
 
 def test_every_student_is_in_the_gradebook_and_the_csv(attacked):
@@ -274,7 +274,7 @@ def test_every_student_is_in_the_gradebook_and_the_csv(attacked):
     assert set(rows) == set(attacked["results"])
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         for sub in gb.assignment_submissions("toy"):
-            assert sub.score == attacked["results"][sub.student.id]["score"]
+            assert sub.score == attacked["results"][sub.student.id].score
             assert float(rows[sub.student.id]["score"]) == sub.score
 
 
