@@ -76,41 +76,118 @@ def cmd_grade(args):
                     memory_mb=args.memory_mb, output_limit=args.output_limit,
                     max_tasks=args.max_tasks, disk_mb=args.disk_mb)
     grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs, limits=limits,
-          students=_students(args.students), progress=not args.no_progress, force=args.force)
+          students=_students(args.students), progress=not args.no_progress, force=args.force,
+          late_policy=args.late_policy)
+
+
+def course_settings(args):
+    """The course's ``course.toml`` (due dates, late policy), or one line and exit 1."""
+    from .policy import load_settings
+
+    try:
+        return load_settings(args.root)
+    except ValueError as error:
+        sys.exit(str(error))
+
+
+def refresh_late_penalties(args, db_url, assignments):
+    """Recompute late penalties from the current scores (manual grades change them)."""
+    from .gradebook import GradebookError
+    from .policy import apply_late_policy
+
+    settings = course_settings(args)
+    try:
+        for assignment in assignments:
+            apply_late_policy(db_url, assignment, settings)
+    except (ValueError, GradebookError) as error:
+        sys.exit(str(error))
+
+
+def existing_gradebook(args):
+    db_url = args.db or default_db_url(args.root)
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).exists():
+        sys.exit(f"no gradebook at {db_url[len('sqlite:///'):]}: grade something first")
+    return db_url
 
 
 def cmd_feedback(args):
+    import nbformat
     from nbgrader.converters import GenerateFeedback
     from nbgrader.coursedir import CourseDirectory
 
-    from .nbgrader_config import course_config
+    from .feedback import install_mathjax, polish
+    from .gradebook import open_gradebook
+    from .nbgrader_config import AUTOGRADED, FEEDBACK, course_config
 
     known_assignment(args.root, args.assignment)
+    db_url = existing_gradebook(args)
+    refresh_late_penalties(args, db_url, [args.assignment])
+    root = Path(args.root).resolve()
     for student in _students(args.students) or ["*"]:
-        c = course_config(args.root, args.db or default_db_url(args.root), args.assignment, student)
+        c = course_config(root, db_url, args.assignment, student)
         c.BaseConverter.force = True
         GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
-    print(f"feedback written to {Path(args.root).resolve() / 'feedback'}")
+    with open_gradebook(db_url) as gb:
+        manual = {(sub.student_id, g.name) for sub in gb.assignment_submissions(args.assignment)
+                  for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade}
+    for page in root.glob(f"{FEEDBACK}/*/{args.assignment}/*.html"):
+        student = page.parent.parent.name
+        graded = root / AUTOGRADED / student / args.assignment / f"{page.stem}.ipynb"
+        if graded.exists():
+            nb = nbformat.read(graded, as_version=4)
+            needs = {name for who, name in manual if who == student}
+            page.write_text(polish(page.read_text(), nb, needs))
+    install_mathjax(root / FEEDBACK)
+    print(f"feedback written to {root / FEEDBACK}")
 
 
 def cmd_export(args):
-    from nbgrader.plugins import CsvExportPlugin
-
-    from .gradebook import GradebookError, open_gradebook
+    from .exports import export_csv, export_lms
+    from .gradebook import GradebookError
+    from .release import source_assignments
 
     if args.assignment:
         known_assignment(args.root, args.assignment)
     to = Path(args.to) if Path(args.to).is_absolute() else Path(args.root).resolve() / args.to
-    db_url = args.db or default_db_url(args.root)
-    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).exists():
-        sys.exit(f"no gradebook at {db_url[len('sqlite:///'):]}: grade something first")
-    plugin = CsvExportPlugin(to=str(to), assignment=[args.assignment] if args.assignment else [])
+    db_url = existing_gradebook(args)
+    assignments = [args.assignment] if args.assignment else source_assignments(args.root)
+    refresh_late_penalties(args, db_url, assignments)
     try:
-        with open_gradebook(db_url) as gb:
-            plugin.export(gb)
-    except GradebookError as error:
+        if args.lms:
+            export_lms(db_url, to, args.lms, assignments)
+        else:
+            export_csv(db_url, to, assignments)
+    except (ValueError, GradebookError) as error:
         sys.exit(str(error))
     print(f"exported to {to}")
+
+
+def cmd_roster(args):
+    from .gradebook import GradebookError
+    from .roster import read_roster, roster_report, sync_roster
+
+    path = Path(args.file) if Path(args.file).is_absolute() else Path(args.root).resolve() / args.file
+    try:
+        entries = read_roster(path)
+        db_url = args.db or default_db_url(args.root)
+        sync_roster(db_url, entries)
+        print(f"{len(entries)} student(s) from {path} in the gradebook")
+        if args.check:
+            known_assignment(args.root, args.check)
+            report = roster_report(db_url, args.check, entries)
+            print(f"on the roster, no submission of {args.check}: {', '.join(report.missing) or 'none'}")
+            print(f"submitted, not on the roster: {', '.join(report.not_on_roster) or 'none'}")
+    except (OSError, ValueError, GradebookError) as error:
+        sys.exit(str(error))
+
+
+def late_policy(text):
+    from .policy import LatePolicy
+
+    try:
+        return LatePolicy.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def parser():
@@ -158,6 +235,9 @@ def parser():
                    help="grade only these students (comma-separated ids)")
     p.add_argument("--force", action="store_true",
                    help="re-grade submissions that are unchanged since they were last graded")
+    p.add_argument("--late-policy", type=late_policy, default=None, metavar="SPEC",
+                   help="late policy for this assignment, overriding course.toml: none, zero, "
+                        "'zero,grace=15m', '10%%/day,cap=50%%,grace=1h', '2/hour,cap=10'")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grade)
 
@@ -179,7 +259,21 @@ def parser():
     p.add_argument("assignment", nargs="?", help="only this assignment (default: all)")
     p.add_argument("--to", default="gradebook_export.csv", help="output file, relative to the "
                    "course root or absolute (default gradebook_export.csv)")
+    p.add_argument("--lms", choices=("canvas", "moodle"), default=None,
+                   help="write the layout this LMS imports instead of the full CSV")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("roster", parents=[common], formatter_class=raw,
+                       help="load roster.csv (names, emails, LMS ids) into the gradebook",
+                       description="Read the roster (columns student_id, name, email, lms_id) and "
+                                   "put every student in the gradebook; with --check, list roster "
+                                   "students with no submission of an assignment and submissions "
+                                   "not on the roster. grade reads roster.csv by itself.")
+    p.add_argument("--file", default="roster.csv", help="the roster, relative to the course root "
+                   "or absolute (default roster.csv)")
+    p.add_argument("--check", default=None, metavar="ASSIGNMENT",
+                   help="compare the roster with the submissions of ASSIGNMENT")
+    p.set_defaults(func=cmd_roster)
     return top
 
 

@@ -33,6 +33,7 @@ import signal
 import socket
 import tempfile
 from collections import deque
+from dataclasses import replace
 from datetime import datetime, timezone
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -42,16 +43,20 @@ import nbformat
 
 from . import sandbox, summary, worker
 from .audit import grade_id, is_locked
+from .feedback import install_mathjax
 from .gradebook import GradebookError, check_url, record
 from .limits import Limits
-from .nbgrader_config import AUTOGRADED, SOURCE, SUBMITTED, default_db_url
+from .nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
+from .policy import apply_late_policy, load_settings
 from .release import generate
 from .results import ERROR, StudentResult
+from .roster import read_roster, roster_report, sync_roster
 from .similarity import similar_pairs
 
 LOCK = ".autograder.lock"
 STAMP = ".autograder.json"  # beside each autograded submission: the digest it was graded from
 LOGS = "logs"
+ROSTER = "roster.csv"
 
 
 class Interrupted(Exception):
@@ -277,12 +282,16 @@ class Signals:
 
 
 def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=None,
-          progress=True, out=None, sandboxed=True, force=False):
+          progress=True, out=None, sandboxed=True, force=False, late_policy=None):
     """Grade every submission of ``assignment``; return the list of :class:`StudentResult`.
 
     Writes the gradebook, ``autograded/``, ``feedback/`` and ``grades.csv``
     under ``root`` and prints the class summary to ``out`` (default stdout).
     Submissions unchanged since they were graded are skipped unless ``force``.
+    Due dates and the late policy come from ``course.toml`` (``late_policy``, a
+    :class:`~autograder.policy.LatePolicy`, overrides its policy); names come from
+    ``roster.csv`` when the course has one, and its students with no submission
+    are listed as missing.
     ``sandboxed=False`` runs kernels without the OS sandbox: only for notebooks
     you trust (e.g. checking the instructor's own solutions). Bad input (an
     unknown assignment, no submissions, a gradebook URL that cannot work) raises
@@ -300,8 +309,12 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
                          f"{', '.join(known) or 'none'}")
     try:
         check_url(db_url)
-    except GradebookError as error:
+        course = load_settings(root)
+        roster = read_roster(root / ROSTER) if (root / ROSTER).is_file() else None
+    except (GradebookError, ValueError) as error:
         raise SystemExit(str(error)) from None
+    if late_policy is not None:
+        course = replace(course, policies={**course.policies, assignment: late_policy})
     if sandboxed and (reason := sandbox.unavailable_reason()):
         raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
     names = find_students(root, assignment, students)
@@ -310,10 +323,11 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
     jobs = max(1, jobs or os.cpu_count() or 1)
     with CourseLock(root, assignment), Signals():
         return _grade_class(assignment, root, db_url, jobs, limits, names, progress, out,
-                            sandboxed, force)
+                            sandboxed, force, course, roster)
 
 
-def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, sandboxed, force):
+def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, sandboxed, force,
+                 course, roster):
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
     os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
     start, results, stopped = monotonic(), [], None
@@ -325,8 +339,11 @@ def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, s
         settings = worker.Settings(
             root=str(root), assignment=assignment, template_db=str(workdir / "template.db"),
             release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed,
-            run_id=workdir.name.rsplit("-", 1)[-1])
+            run_id=workdir.name.rsplit("-", 1)[-1], course=course)
         generate(assignment, root, release_dir=workdir / "release-db", db_url=db_url)
+        if roster:
+            sync_roster(db_url, roster)
+        install_mathjax(root / FEEDBACK)
         skipped = [] if force else up_to_date(root, db_url, assignment, names)
         todo = [n for n in names if n not in skipped]
         n_notebooks = max(1, len(list(release.glob("*.ipynb"))))
@@ -352,10 +369,13 @@ def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, s
         shutil.rmtree(workdir, ignore_errors=True)
     results.sort(key=lambda r: r.student)
     flag_similar(results)
-    summary.write_csv(root / "grades.csv", assignment, results, tests)
+    lateness = apply_late_policy(db_url, assignment, course) if settings is not None else {}
+    absent = roster_report(db_url, assignment, roster) if roster and settings is not None else None
+    summary.write_csv(root / "grades.csv", assignment, results, tests, lateness=lateness,
+                      missing=absent.missing if absent else ())
     if settings is not None:
         summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out,
-                       skipped=[] if stopped else skipped)
+                       skipped=[] if stopped else skipped, lateness=lateness, roster=absent)
     if stopped:
         raise SystemExit(f"stopped by {stopped}: {len(results)} submission(s) recorded, "
                          f"{len(todo) - len(results)} not graded; run grade again to finish")

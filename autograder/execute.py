@@ -130,8 +130,10 @@ class LimitedExecute(Execute):
                        f"the cell printed more than {self.output_limit} bytes; the rest was dropped")
         if self._timed_out:
             by_deadline = self._cell_timeout < self.timeout
-            self._event(cell, index, "notebook_timeout" if by_deadline else "timeout",
-                        f"no reply within {self._cell_timeout:.0f} s")
+            limit = (f"the notebook's time limit ({self.notebook_timeout:g} s in all) ran out"
+                     if by_deadline else f"the cell ran past its time limit ({self.timeout:g} s per cell)")
+            self._fail(cell, index, "notebook_timeout" if by_deadline else "timeout",
+                       "CellTimeoutError", f"{limit} and was interrupted")
             if not self._responsive():
                 self._event(cell, index, "hang", "the kernel ignored the interrupt; restarted")
                 return False
@@ -215,7 +217,8 @@ class LimitedExecute(Execute):
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
-        raise judge.JudgeError(f"your code did not finish within the test's {timeout:.0f} s")
+        raise judge.JudgeError(f"your code did not finish in the {timeout:.0f} s this test had "
+                               f"left of its cell's time limit ({self.timeout:g} s per cell)")
 
     _wait_reply = run_sync(_async_wait_reply)
 

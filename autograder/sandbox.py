@@ -198,7 +198,7 @@ def _ancestors(path):
 
 def _mount_tree(binds):
     """bwrap options for read-only ``binds`` (host paths mounted at the same place)."""
-    args, made = [], {"/", "/usr", "/etc", "/tmp", "/proc", "/dev"}
+    args, made = [], {"/", "/usr", "/etc", SCRATCH, "/proc", "/dev"}
     for path in binds:
         for parent in _ancestors(path):
             if parent not in made:
@@ -266,9 +266,10 @@ def bwrap_argv(kernel_argv, socket_dir, limits, *, as_root):
     for key, value in kernel_environment(limits).items():
         argv += ["--setenv", key, value]
     argv += system_binds()
-    argv += _mount_tree(python_roots())
+    # the scratch tmpfs first: a Python or a course that lives under /tmp is mounted over it
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(limits["disk_mb"] * 2**20), "--tmpfs", SCRATCH]
+    argv += _mount_tree(python_roots())
     for parent in _ancestors(socket_dir):
         if parent != SCRATCH:
             argv += ["--perms", "0755", "--dir", parent]

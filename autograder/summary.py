@@ -6,7 +6,8 @@ from collections import Counter
 from time import monotonic
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
-              "seconds", "failed_tests", "limits", "tampered", "deleted", "flags", "error"]
+              "submitted_at", "late_by_hours", "late_penalty", "seconds", "failed_tests", "limits",
+              "tampered", "deleted", "flags", "error"]
 
 LIMIT_KINDS = ("timeout", "hang", "notebook_timeout", "crash", "output", "kernel_start", "replay")
 
@@ -54,11 +55,15 @@ def failed_tests(result, tests):
             if result.status != "ok" or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
 
 
-def csv_row(assignment, result, tests):
+def csv_row(assignment, result, tests, lateness=None):
+    late = lateness.get(result.student) if lateness else None
     return dict(
         student=result.student, assignment=assignment,
-        score=f"{result.score:g}", max_score=f"{result.max_score:g}",
+        score=f"{result.score - (late.penalty if late else 0.0):g}", max_score=f"{result.max_score:g}",
         status=result.status, needs_manual=int(bool(result.needs_manual)),
+        submitted_at=f"{result.timestamp:%Y-%m-%d %H:%M:%S}" if result.timestamp else "",
+        late_by_hours=f"{late.late_by.total_seconds() / 3600:.1f}" if late and late.late_by else "",
+        late_penalty=f"{late.penalty:g}" if late and late.penalty else "",
         seconds=f"{result.seconds:.1f}",
         failed_tests=";".join(failed_tests(result, tests)),
         limits=";".join(limits_hit(result)),
@@ -66,15 +71,23 @@ def csv_row(assignment, result, tests):
         flags=";".join(result.flags), error=result.error or result.message or "")
 
 
-def write_csv(path, assignment, results, tests=()):
-    """Add/replace this run's rows in ``grades.csv``; rows of other assignments/students stay."""
+def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
+    """Add/replace this run's rows in ``grades.csv``; rows of other assignments/students stay.
+
+    ``score`` is after the late penalty (nbgrader's export subtracts it the same way);
+    roster students in ``missing`` get a row with status ``missing``.
+    """
     rows = {}
     if path.exists():
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
                 rows[(row["assignment"], row["student"])] = {k: row.get(k, "") for k in CSV_FIELDS}
     for result in results:
-        rows[(assignment, result.student)] = csv_row(assignment, result, tests)
+        rows[(assignment, result.student)] = csv_row(assignment, result, tests, lateness)
+    for student in missing:
+        rows.setdefault((assignment, student), {**dict.fromkeys(CSV_FIELDS, ""), "student": student,
+                        "assignment": assignment, "score": "0", "status": "missing",
+                        "error": "on the roster, no submission"})
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
@@ -99,7 +112,8 @@ def isolation(settings):
     return f"sandboxed (bubblewrap, user nobody, no network; {caps})"
 
 
-def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=()):
+def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
+           lateness=None, roster=None):
     """Print the class summary."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
@@ -111,6 +125,15 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
       f" {isolation(settings)}).")
     if skipped:
         p(f"Unchanged since last graded (skipped; --force re-grades them): {len(skipped)}")
+    if roster and roster.missing:
+        p(f"On the roster, no submission (missing): {len(roster.missing)}: {', '.join(roster.missing)}")
+    if roster and roster.not_on_roster:
+        p(f"Submitted, not on the roster: {len(roster.not_on_roster)}: {', '.join(roster.not_on_roster)}")
+    late = {s: v for s, v in (lateness or {}).items() if v.late_by}
+    if late:
+        p(f"Late ({settings.course.policy(assignment)}): {len(late)}")
+        for student, v in sorted(late.items()):
+            p(f"  {student}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
     if not n:
         return
     scores = [r.score for r in results]

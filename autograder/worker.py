@@ -23,7 +23,9 @@ from time import monotonic
 import nbformat
 
 from .audit import audit, restore_deleted
+from .feedback import polish
 from .gradebook import read_scores
+from .policy import CourseSettings, apply_late_policy
 from .intake import take_in
 from .limits import Limits
 from .nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings, course_config,
@@ -44,6 +46,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
     run_id: str = ""        # names this run's kernel cgroups, so the driver can kill them all
+    course: CourseSettings = field(default_factory=CourseSettings)  # due dates, late policy
 
 
 def autograde_config(settings, db_url, student, scratch):
@@ -142,14 +145,23 @@ def generate_feedback(config):
     converter.convert_notebooks()  # paths are absolute: no chdir needed
 
 
-def collect_files(scratch_root, student, assignment):
-    """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``."""
+def collect_files(scratch_root, student, assignment, needs_manual):
+    """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``.
+
+    Feedback pages are polished (:func:`autograder.feedback.polish`) on the way.
+    """
     files = {}
     for kind in (AUTOGRADED, FEEDBACK):
         folder = Path(scratch_root) / kind / INTERNAL_ID / assignment
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
-            if path.is_file() and path.name != "timestamp.txt":
-                files[f"{kind}/{student}/{assignment}/{path.relative_to(folder)}"] = path.read_bytes()
+            if not path.is_file() or path.name == "timestamp.txt":
+                continue
+            data = path.read_bytes()
+            if kind == FEEDBACK and path.suffix == ".html":
+                graded = Path(scratch_root) / AUTOGRADED / INTERNAL_ID / assignment / f"{path.stem}.ipynb"
+                nb = nbformat.read(graded, as_version=4)
+                data = polish(data.decode(), nb, needs_manual).encode()
+            files[f"{kind}/{student}/{assignment}/{path.relative_to(folder)}"] = data
     return files
 
 
@@ -177,12 +189,15 @@ def grade_student(settings, student, workdir, db_url):
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
             Autograde(coursedir=CourseDirectory(config=c), config=c).start()
             result.events = [LimitEvent(**e) for e in execute.EVENTS]
+            apply_late_policy(db_url, settings.assignment, settings.course)
             c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
             c.CourseDirectory.feedback_directory = str(out / FEEDBACK)
             c.BaseConverter.force = True
             generate_feedback(c)
-            result.files = collect_files(out, student, settings.assignment)
+            result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
+            manual = {g.name for nb in result.notebooks for g in nb.grades if g.auto_score is None}
+            result.files = collect_files(out, student, settings.assignment, manual)
         else:
             result.files = {f"{FEEDBACK}/{student}/{settings.assignment}/{settings.assignment}.html":
                             explanation_page(student, settings.assignment, result)}
@@ -191,8 +206,6 @@ def grade_student(settings, student, workdir, db_url):
         result.log = traceback.format_exc()[-4000:]
         logging.getLogger("autograder").error("%s: %s", student, result.log)
         result.events = result.events or [LimitEvent(**e) for e in execute.EVENTS]
-    if result.status == OK:
-        result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
     result.seconds = monotonic() - start
     return result
 

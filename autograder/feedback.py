@@ -1,0 +1,82 @@
+"""Feedback pages a student can read: named tests, honest labels, offline math.
+
+nbgrader's feedback template lists every test as "Test cell", shows an ungraded
+written answer as 0 points, loads MathJax 2 from a CDN and lets long messages run
+off the page. :func:`polish` fixes the rendered page:
+
+* each test in the table of contents is named by its grade id and its title (the
+  first comment line of the cell, e.g. "Hidden tests: several sizes and bases");
+* a written answer that still needs a manual grade says "to be graded by hand";
+* error messages and outputs wrap;
+* MathJax 3 comes from ``feedback/_mathjax`` (copied there by :func:`install_mathjax`
+  from the pinned ``sphinx-mathjax-offline`` package), so math renders offline.
+"""
+
+import html
+import re
+import shutil
+from pathlib import Path
+
+MATHJAX_DIR = "_mathjax"  # under feedback/: pages are feedback/<student>/<assignment>/*.html
+MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2")
+WRAP_CSS = ("<style>.output_area pre, .output_subarea pre, .nbgrader_cell pre "
+            "{white-space: pre-wrap; word-break: break-word;}</style>")
+MATHJAX_3 = (
+    "<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+    "processEscapes: true}, options: {ignoreHtmlClass: 'tex2jax_ignore'}};</script>\n"
+    f"<script defer src=\"../../{MATHJAX_DIR}/tex-chtml.js\"></script>")
+MATHJAX_2 = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+
+
+def title(cell):
+    """A test cell's title: its first comment line, or what its grade id says."""
+    for line in cell.source.splitlines():
+        text = line.strip()
+        if text.startswith("#") and not text.startswith("###"):
+            return text.lstrip("# ").rstrip(".")
+    grade_id = cell.metadata.nbgrader.grade_id
+    return "visible tests" if grade_id.endswith("visible") else "tests"
+
+
+def polish(page, nb, needs_manual=()):
+    """The rendered feedback ``page`` (HTML text) of notebook ``nb``, polished as above.
+
+    ``needs_manual``: grade ids of written answers that have no manual grade yet.
+    """
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        grade_id = meta.get("grade_id")
+        if not meta.get("grade") or not grade_id:
+            continue
+        anchor = f'<a href="#{grade_id}">'
+        if not meta.get("solution"):
+            label = f"<code>{html.escape(grade_id)}</code> {html.escape(title(cell))}"
+            page = page.replace(f"{anchor}Test cell</a>", f"{anchor}{label}</a>")
+        elif grade_id in needs_manual:
+            page = re.sub(re.escape(anchor) + r"(Written response|Coding free-response)</a> \(Score: [^)]*\)",
+                          lambda m: f"{anchor}{m.group(1)}</a> (to be graded by hand)", page)
+    page = MATHJAX_2.sub(lambda _: MATHJAX_3, page, count=1)
+    return page.replace("</head>", WRAP_CSS + "\n</head>", 1)
+
+
+def install_mathjax(feedback_root):
+    """Copy MathJax 3 (script and fonts) into ``feedback_root/_mathjax`` once."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    target = Path(feedback_root) / MATHJAX_DIR
+    if (target / "tex-chtml.js").exists():
+        return
+    try:  # the package installs its files under a folder that is not an importable name
+        base = Path(distribution("sphinx-mathjax-offline").locate_file(
+            "sphinx-mathjax-offline/static/mathjax"))
+    except PackageNotFoundError:
+        return
+    if not base.is_dir():
+        return
+    for name in MATHJAX_FILES:
+        source, dest = base / name, target / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, dest, dirs_exist_ok=True)
+        else:
+            shutil.copy(source, dest)
