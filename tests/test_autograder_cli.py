@@ -144,4 +144,5 @@ def test_grade_feedback_export_round_trip(course, tmp_path):
     cli("export", "toy", "--root", course, "--db", f"sqlite:///{db}", "--to", export)
     with open(export, newline="") as f:
         exported = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert float(exported["ada"]["raw_score"]) == 6.0 and float(exported["bob"]["raw_score"]) == 0.0
+    assert float(exported["ada"]["score"]) == 6.0 and float(exported["bob"]["score"]) == 0.0
+    assert exported["ada"]["needs_manual"] == "True" and exported["bob"]["needs_manual"] == "False"
