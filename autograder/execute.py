@@ -23,7 +23,8 @@ Compared with stock nbgrader it also adds
   replayed silently, and grading goes on with the next cell. The failed cell
   scores 0 (a ``CellTimeoutError`` or ``DeadKernelError`` output).
 
-Every such event is appended to :data:`EVENTS` for the grading summary.
+Every such event is recorded in the executed notebook's metadata
+(``metadata.autograder.events``, see :func:`events`), for the grading summary.
 """
 
 import ast
@@ -42,9 +43,13 @@ from . import judge, sandbox
 from .kernel_manager import SandboxedKernelManager
 from .limits import Limits
 
-# Limit events of the notebooks executed in this process since the caller last
-# cleared the list: dicts with keys notebook, cell, grade_id, kind, detail.
-EVENTS = []
+EVENTS_KEY = "autograder"  # notebook metadata key of the executor's records
+
+
+def events(nb):
+    """The limit events recorded in an executed notebook: dicts with keys
+    notebook, cell, grade_id, kind, detail."""
+    return list(nb.metadata.get(EVENTS_KEY, {}).get("events", []))
 
 PROBE_SECONDS = 2.0  # how long an interrupted kernel may take to answer again
 
@@ -297,7 +302,8 @@ class LimitedExecute(Execute):
 
     def _event(self, cell, index, kind, detail):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        EVENTS.append(dict(notebook=self._notebook, cell=index, grade_id=grade_id,
+        record = self.nb.metadata.setdefault(EVENTS_KEY, {}).setdefault("events", [])
+        record.append(dict(notebook=self._notebook, cell=index, grade_id=grade_id,
                            kind=kind, detail=detail))
 
     # -- kernel life cycle ----------------------------------------------------------

@@ -82,6 +82,8 @@ def autograde_settings(limits=None, *, sandboxed=True):
     c.LimitedExecute.notebook_timeout = float(limits.notebook_timeout)
     c.LimitedExecute.output_limit = int(limits.output_limit)
     c.SandboxedKernelManager.sandboxed = bool(sandboxed)
+    # keep the executor's record of the limits it enforced in the autograded notebook
+    c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), ("autograder",)}
     return c
 
 
@@ -97,13 +99,27 @@ def alembic_head():
     return ScriptDirectory.from_config(cfg).get_current_head()
 
 
-def prepare_nbgrader():
-    """Make nbgrader create gradebooks without running the ``alembic`` CLI.
+def alembic_upgrade(db_url, revision="head"):
+    """``nbgrader db upgrade``'s migration, run in-process instead of by the ``alembic`` command."""
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+    from nbgrader.dbutil import _temp_alembic_ini
 
-    Creating a gradebook, nbgrader 0.9.6 runs ``alembic heads`` in a subprocess
-    (seconds of start-up, and it fails when the virtualenv's ``bin/`` is not on
-    PATH). The same revision is read here in-process.
+    with _temp_alembic_ini(db_url) as alembic_ini:
+        command.upgrade(AlembicConfig(alembic_ini), revision)
+
+
+def prepare_nbgrader():
+    """Make nbgrader work without the ``alembic`` command on PATH.
+
+    Creating a gradebook, nbgrader 0.9.6 runs ``alembic heads`` in a subprocess, and
+    ``nbgrader db upgrade`` runs ``alembic upgrade`` (seconds of start-up each, and
+    both fail when the virtualenv's ``bin/`` is not on PATH: a half-made
+    ``gradebook.db`` is left behind). The same revision is read, and the same
+    migration run, here in-process.
     """
     import nbgrader.api
+    import nbgrader.dbutil
 
     nbgrader.api.get_alembic_version = alembic_head
+    nbgrader.dbutil.upgrade = alembic_upgrade

@@ -14,9 +14,6 @@ import nbformat
 
 from .nbgrader_config import RELEASE, SOURCE, course_config, prepare_nbgrader
 
-ASSIGNMENTS = ("01-rope", "02-gqa-kv-cache", "03-causal-mask",
-               "04-transformer-block", "05-families", "06-flash-attention")
-
 
 def source_assignments(root):
     """Ids of the assignments that have a source folder under ``root/solutions``."""

@@ -174,7 +174,7 @@ def grade_student(settings, student, workdir, db_url):
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from . import execute
+    from .execute import events
 
     start = monotonic()
     scratch = Path(workdir) / "submitted"
@@ -184,11 +184,11 @@ def grade_student(settings, student, workdir, db_url):
     try:
         result = stage_submission(settings, student, scratch)
         if result.status == OK:
-            execute.EVENTS.clear()
             c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
             Autograde(coursedir=CourseDirectory(config=c), config=c).start()
-            result.events = [LimitEvent(**e) for e in execute.EVENTS]
+            for graded in sorted((out / AUTOGRADED).rglob("*.ipynb")):
+                result.events += [LimitEvent(**e) for e in events(nbformat.read(graded, as_version=4))]
             apply_late_policy(db_url, settings.assignment, settings.course)
             c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
@@ -205,7 +205,6 @@ def grade_student(settings, student, workdir, db_url):
         result.status, result.error = ERROR, f"{type(error).__name__}: {error}"[:500]
         result.log = traceback.format_exc()[-4000:]
         logging.getLogger("autograder").error("%s: %s", student, result.log)
-        result.events = result.events or [LimitEvent(**e) for e in execute.EVENTS]
     result.seconds = monotonic() - start
     return result
 

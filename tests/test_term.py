@@ -308,3 +308,21 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     assert scores(root / "gradebook.db") == scores(uninterrupted / "gradebook.db")
     assert json.loads((root / "autograded" / "s1" / AID / ".autograder.json").read_text())["status"] == "ok"
     assert leftovers(root) == []
+
+
+def test_nbgrader_db_commands_work_without_the_venv_on_path(tmp_path):
+    """As the README says: `.venv/bin/nbgrader db ...` from the course root, no alembic on PATH."""
+    make_course(tmp_path)
+    nbgrader = str(Path(sys.executable).parent / "nbgrader")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = "/usr/bin:/bin"
+    for args in (["db", "assignment", "add", AID], ["db", "upgrade"],
+                 ["db", "student", "add", "eve", "--last-name", "Evans"]):
+        proc = subprocess.run([nbgrader, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, (args, proc.stderr[-2000:])
+    proc = subprocess.run([nbgrader, "db", "assignment", "list"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert f"{AID} (due: None)" in proc.stdout
+    assert "eve" in subprocess.run([nbgrader, "db", "student", "list"], cwd=tmp_path, env=env,
+                                   capture_output=True, text=True, timeout=300).stdout
