@@ -250,20 +250,24 @@ def test_a_second_run_is_refused_while_one_holds_the_course(term):
     assert "another grading run holds this course: grade 01-rope, pid 4242" in proc.stderr
 
 
-def leftovers(root):
-    """Processes of the run, kernel cgroups and scratch folders still around."""
-    found = []
+def leftovers(root, before=frozenset()):
+    """Processes of the run, and kernel cgroups and scratch folders that were not there ``before``."""
+    found = set()
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if str(root) in cmdline or "sandbox.py" in cmdline or "bwrap" in cmdline:
-            found.append(cmdline.replace("\0", " ")[:120])
+        if str(root) in cmdline:
+            found.add(cmdline.replace("\0", " ")[:120])
+    return sorted(found | (scratch() - before))
+
+
+def scratch():
+    found = {str(p) for pattern in ("kernel-*", "autograder-*") for p in Path("/tmp").glob(pattern)}
     for folder in _group_dirs(""):
         if os.path.isdir(folder):
-            found += [f"cgroup {n}" for n in os.listdir(folder) if n.startswith("k")]
-    found += [str(p) for p in Path("/tmp").glob("autograder-*")]
+            found |= {f"cgroup {n}" for n in os.listdir(folder) if n.startswith("k")}
     return found
 
 
@@ -281,6 +285,7 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     cli(uninterrupted, "grade", AID, "--jobs", "2", "--no-progress")
 
     root = tmp_path / "a"
+    before = scratch()
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", AID, "--root", str(root),
                              "--jobs", "2", "--no-progress"], cwd=root, env=env,
@@ -294,7 +299,7 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     assert time.monotonic() - stopped < 10
     assert proc.returncode == 1 and "stopped by SIGTERM" in err, err
     time.sleep(1)
-    assert leftovers(root) == []
+    assert leftovers(root, before) == []
     recorded = scores(root / "gradebook.db")
     stamped = {p.parent.parent.name for p in root.glob(f"autograded/*/{AID}/.autograder.json")}
     assert 0 < len(stamped) < 6 and stamped <= set(recorded)
@@ -307,7 +312,7 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     assert f"Unchanged since last graded (skipped; --force re-grades them): {len(stamped)}" in again
     assert scores(root / "gradebook.db") == scores(uninterrupted / "gradebook.db")
     assert json.loads((root / "autograded" / "s1" / AID / ".autograder.json").read_text())["status"] == "ok"
-    assert leftovers(root) == []
+    assert leftovers(root, before) == []
 
 
 def test_nbgrader_db_commands_work_without_the_venv_on_path(tmp_path):
