@@ -103,7 +103,9 @@ def student_exception(info):
     if cls is None:
         clean = re.sub(r"\W", "", name)[:60] or "Exception"
         cls = type(clean, (StudentError,), {})
-    return cls(message)
+    error = cls(message)
+    error.raised_by_student = True
+    return error
 
 
 # -- talking to the kernel ------------------------------------------------------------------
@@ -231,13 +233,12 @@ def plain_output(output):
 
 def verdict_output(error):
     """The error output that scores a test cell 0, with a message for the student."""
-    if isinstance(error, AssertionError):
-        ename = "AssertionError"
-    elif isinstance(error, (StudentError, *_KNOWN.values())):
-        ename = type(error).__name__
-    else:
-        ename = type(error).__name__
-    message = str(error) or "a test failed"
+    ename = type(error).__name__
+    message = str(error)
+    if getattr(error, "raised_by_student", False):
+        message = (f"your code raised {ename}" + (f": {message}" if message else "")
+                   + (" (it is not implemented yet)" if ename == "NotImplementedError" else ""))
+    message = message or "a test failed"
     return nbformat.v4.new_output("error", ename=ename, evalue=message,
                                   traceback=[f"{ename}: {message}"])
 
