@@ -365,6 +365,8 @@ def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, s
             stopped = str(signal_name)
         bar.close()
     finally:
+        if settings is not None:
+            sandbox.kill_run_cgroups(settings.run_id)
         sandbox.sweep_cgroups()
         shutil.rmtree(workdir, ignore_errors=True)
     results.sort(key=lambda r: r.student)

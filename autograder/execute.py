@@ -37,7 +37,7 @@ from nbclient.exceptions import DeadKernelError
 from nbclient.util import ensure_async, run_sync
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Float, Integer
+from traitlets import Bool, Float, Integer
 
 from . import judge, sandbox
 from .kernel_manager import SandboxedKernelManager
@@ -67,12 +67,45 @@ def output_size(content):
     return sum(len(str(value)) for value in content.get("data", {}).values())
 
 
+class Spare:
+    """One started, never-used kernel per process, ready for the next notebook.
+
+    A grading worker runs notebook after notebook: while one is graded, the next
+    kernel starts (it is a separate process, so its start-up overlaps the grading),
+    and nothing of any student has entered it when it is taken. Only the driver's
+    workers keep a spare (``LimitedExecute.spare_kernel``); :meth:`discard` kills it.
+    """
+
+    km = None
+
+    @classmethod
+    def take(cls):
+        km, cls.km = cls.km, None
+        return km
+
+    @classmethod
+    def keep(cls, km):
+        cls.discard()
+        cls.km = km
+
+    @classmethod
+    def discard(cls):
+        km, cls.km = cls.km, None
+        if km is not None:
+            try:
+                run_sync(km.shutdown_kernel)(now=True)
+            except Exception:  # noqa: BLE001 - a spare that is already gone
+                pass
+
+
 class LimitedExecute(Execute):
     """nbgrader's ``Execute`` in the sandbox, with the outside judge, deadlines, caps and recovery."""
 
     notebook_timeout = Float(Limits.notebook_timeout,
                              help="Wall-clock seconds for the whole notebook.").tag(config=True)
     output_limit = Integer(Limits.output_limit, help="Bytes of output kept per cell.").tag(config=True)
+    spare_kernel = Bool(False, help="Start the next notebook's kernel while this one is graded "
+                                    "(for processes that grade one notebook after another).").tag(config=True)
 
     def __init__(self, **kw):
         super().__init__(**kw)
@@ -267,17 +300,34 @@ class LimitedExecute(Execute):
                                    "(grade as root, with cgroups)")
         return reading[0]
 
-    def _fresh_kernel(self):
-        async def start():
-            km = self.kernel_manager_class(kernel_name=self.kernel_name, config=self.config)
-            await ensure_async(km.start_kernel(extra_arguments=self.extra_arguments))
-            kc = km.client()
-            kc.start_channels()
-            await ensure_async(kc.wait_for_ready(timeout=self.startup_timeout))
-            kc._grader_km = km
-            return km, kc
+    def _launch(self):
+        """A kernel manager whose kernel process has been launched (not yet waited for)."""
+        if not self.kernel_name:  # as nbclient's create_kernel_manager does
+            self.kernel_name = self.nb.metadata.get("kernelspec", {}).get("name") or "python3"
+        km = self.kernel_manager_class(kernel_name=self.kernel_name, config=self.config)
+        run_sync(km.start_kernel)(extra_arguments=self.extra_arguments)
+        return km
 
-        return run_sync(start)()
+    def _launched(self):
+        """The spare kernel if there is a live one, else a new one; then launch the next spare."""
+        km = Spare.take() if self.spare_kernel else None
+        if km is None or not run_sync(km.is_alive)():
+            if km is not None:
+                Spare.keep(km)  # a dead spare: shut it down properly
+                Spare.discard()
+            km = self._launch()
+        if self.spare_kernel:
+            Spare.keep(self._launch())
+        return km
+
+    def _fresh_kernel(self):
+        """A second kernel (spare or new) and its client, for a measurement."""
+        km = self._launched()
+        kc = km.client()
+        kc.start_channels()
+        run_sync(kc.wait_for_ready)(timeout=self.startup_timeout)
+        kc._grader_km = km
+        return km, kc
 
     def _get_timeout(self, cell):
         return self._cell_timeout if cell is not None else self.timeout
@@ -310,8 +360,7 @@ class LimitedExecute(Execute):
     def _start(self):
         """Start a kernel and its client; return False if it does not come up."""
         try:
-            self.km = self.create_kernel_manager()
-            self.start_new_kernel()
+            self.km = self._launched()
             self.start_new_kernel_client()
             info = self._reply(self.kc.kernel_info(), self.startup_timeout)
             if info is None:

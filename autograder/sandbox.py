@@ -76,34 +76,43 @@ def _write(path, value):
 
 
 def create_cgroup(name, max_tasks, memory_bytes):
-    """Create cgroup ``name`` with the caps and move this process into it; True on success."""
+    """Create cgroup ``name`` with the caps and move this process into it; True on success.
+
+    Another launcher's :func:`sweep_cgroups` may remove the new, still empty folder
+    before this process has joined it: then the folder is made again (a few tries).
+    """
     version = cgroup_version()
-    try:
-        if version == 2:
-            parent = os.path.join(CGROUP, GROUP)
+    if version == 2:
+        parent = os.path.join(CGROUP, GROUP)
+        try:
             os.makedirs(parent, exist_ok=True)
-            for path in (CGROUP, parent):  # let the children use pids and memory
-                try:
-                    _write(os.path.join(path, "cgroup.subtree_control"), "+pids +memory")
-                except OSError:
-                    pass
-        dirs = _group_dirs(name)
-        if not dirs:
+        except OSError:
             return False
-        for path in dirs:
-            os.makedirs(path, exist_ok=True)
-            if os.path.exists(os.path.join(path, "pids.max")) and max_tasks > 0:
-                _write(os.path.join(path, "pids.max"), max_tasks)
-            if memory_bytes > 0:
-                for knob in ("memory.max", "memory.limit_in_bytes"):
-                    if os.path.exists(os.path.join(path, knob)):
-                        _write(os.path.join(path, knob), memory_bytes)
-                if os.path.exists(os.path.join(path, "memory.swap.max")):
-                    _write(os.path.join(path, "memory.swap.max"), 0)
-            _write(os.path.join(path, "cgroup.procs"), os.getpid())
-        return True
-    except OSError:
-        return False
+        for path in (CGROUP, parent):  # let the children use pids and memory
+            try:
+                _write(os.path.join(path, "cgroup.subtree_control"), "+pids +memory")
+            except OSError:
+                pass
+    dirs = _group_dirs(name)
+    for _ in range(5):
+        try:
+            for path in dirs:
+                os.makedirs(path, exist_ok=True)
+                _write(os.path.join(path, "cgroup.procs"), os.getpid())
+                if os.path.exists(os.path.join(path, "pids.max")) and max_tasks > 0:
+                    _write(os.path.join(path, "pids.max"), max_tasks)
+                if memory_bytes > 0:
+                    for knob in ("memory.max", "memory.limit_in_bytes"):
+                        if os.path.exists(os.path.join(path, knob)):
+                            _write(os.path.join(path, knob), memory_bytes)
+                    if os.path.exists(os.path.join(path, "memory.swap.max")):
+                        _write(os.path.join(path, "memory.swap.max"), 0)
+            return bool(dirs)
+        except FileNotFoundError:  # swept away before we joined it: make it again
+            continue
+        except OSError:
+            return False
+    return False
 
 
 def _tasks(path):
@@ -132,17 +141,27 @@ def kill_cgroup(name, timeout=5.0):
                 time.sleep(0.01)
 
 
-def sweep_cgroups():
-    """Remove empty kernel cgroups left behind (e.g. by a killed stock nbgrader run)."""
+def sweep_cgroups(min_age=10.0):
+    """Remove empty kernel cgroups left behind (e.g. by a killed stock nbgrader run).
+
+    Only groups older than ``min_age`` seconds: a launcher that has just made its
+    group has not joined it yet.
+    """
+    now = time.time()
     for path in _group_dirs(""):
         try:
             names = os.listdir(path)
         except OSError:
             continue
         for name in names:
-            if name.startswith("k") and not _tasks(os.path.join(path, name)):
+            group = os.path.join(path, name)
+            try:
+                young = now - os.stat(group).st_mtime < min_age
+            except OSError:
+                continue
+            if name.startswith("k") and not young and not _tasks(group):
                 try:
-                    os.rmdir(os.path.join(path, name))
+                    os.rmdir(group)
                 except OSError:
                     pass
 
@@ -302,7 +321,10 @@ def launch(argv):
     as_root = os.geteuid() == 0
     if as_root:
         sweep_cgroups()
-        create_cgroup(kernel_group(os.getpid()), limits["max_tasks"], limits["memory_mb"] * 2**20)
+        if cgroup_version() and not create_cgroup(kernel_group(os.getpid()), limits["max_tasks"],
+                                                  limits["memory_mb"] * 2**20):
+            sys.exit("autograder sandbox: cannot create the kernel's cgroup; not starting a kernel "
+                     "without its process and memory caps")
     set_rlimits(limits)
     kernel = [sys.executable, "-P", "-X", "frozen_modules=off", "-m", "ipykernel_launcher", *argv]
     command = bwrap_argv(kernel, socket_dir, limits, as_root=as_root)

@@ -56,6 +56,7 @@ def autograde_config(settings, db_url, student, scratch):
     c.CourseDirectory.submitted_directory = str(scratch)
     c.BaseConverter.force = True
     c.SandboxedKernelManager.socket_root = str(Path(scratch).parent)
+    c.LimitedExecute.spare_kernel = True  # this worker grades notebook after notebook
     return c
 
 
@@ -223,5 +224,10 @@ def main(conn, settings, index):
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, force=True)
     os.chdir(settings.root)
     prepare_nbgrader()
-    while (student := conn.recv()) is not None:
-        conn.send(grade_student(settings, student, workdir, f"sqlite:///{db}"))
+    from .execute import Spare
+
+    try:
+        while (student := conn.recv()) is not None:
+            conn.send(grade_student(settings, student, workdir, f"sqlite:///{db}"))
+    finally:
+        Spare.discard()
