@@ -135,6 +135,8 @@ def main():
     print(f"{'':55} {'seconds':>8} {'s/student':>10}")
     for name, seconds in rows:
         print(f"{name:55} {seconds:8.1f} {seconds / args.n:10.2f}")
+    print(f"sandboxed kernel start-up (launch to first reply, median of 5): "
+          f"{sandbox_startup():.2f} s")
     print("driver's scores (score, status): count = "
           + ", ".join(f"{k}: {v}" for k, v in sorted(scores.items())))
     if len(rows) == 3:
