@@ -1,10 +1,17 @@
-"""Grading for the course: ``python -m autograder generate|grade|feedback|export``.
+"""Grading for the course: ``python -m autograder generate|grade|feedback|export|roster``.
 
-The driver modules (``driver``, ``worker``, ``execute``, ``kernel``, ``audit``,
-``release``, ``summary``, ``nbgrader_config``) run nbgrader at class scale; the
-hidden-test logic lives in the grader-only package ``autograder.checks``.
-Importing this package imports nothing else, because every grading kernel
-imports it (for ``autograder.checks``) before the student's code runs.
+By the process each module runs in:
+
+* the driver (parent): ``driver`` (the class, the lock, signals), ``gradebook``,
+  ``summary``, ``exports``, ``roster``, ``policy``, ``similarity``;
+* a grading worker: ``worker`` (one student after another), ``intake``, ``audit``,
+  ``execute`` (the executor), ``judge`` (verdicts outside the kernel), ``feedback``,
+  ``kernel_manager``; ``checks`` (grader-only, run by the judge);
+* the sandbox launcher: ``sandbox`` (cgroup, rlimits, bubblewrap);
+* the student's kernel: only ``probe``'s source, sent by the judge.
+
+Shared: ``limits``, ``results`` (typed records), ``assignments`` (the registry),
+``nbgrader_config``, ``release``. Importing this package imports nothing else.
 """
 
 import sys
