@@ -62,6 +62,9 @@ def audit(submission_nb, release_nb):
     from .similarity import functions, resembles_reference
 
     locked = locked_cells(release_nb)
+    # the stubs as handed out: a function still equal to its stub is nobody's work
+    stubs = {shape_of(source) for c in release_nb.cells if c.cell_type == "code"
+             for _, source, _ in functions(c.source)}
     seen, tampered, flags, resemblances, written = set(), [], set(), [], {}
     for cell in submission_nb.cells:
         gid = grade_id(cell)
@@ -77,10 +80,18 @@ def audit(submission_nb, release_nb):
             if found:
                 flags.add("resembles-reference")
                 resemblances += [r.describe() for r in found]
-            written.update((name, source) for name, source, _ in functions(cell.source))
+            written.update((name, source) for name, source, _ in functions(cell.source)
+                           if shape_of(source) not in stubs)
     deleted = [gid for gid in locked if gid not in seen]
     return dict(tampered=tampered, deleted=deleted, flags=sorted(flags),
                 resemblances=resemblances, functions=written)
+
+
+def shape_of(source):
+    """A function's token shape (see :func:`autograder.similarity.shape`), as a hashable value."""
+    from .similarity import shape
+
+    return tuple(token for token, _ in shape(source))
 
 
 def restore_deleted(submission_nb, release_nb):

@@ -76,3 +76,13 @@ def test_classmates_with_the_same_function_are_paired():
                  "cat": {"masked_softmax": own}}
     pairs = similarity.similar_pairs(solutions)
     assert [(a, b, f) for a, b, f, _ in pairs] == [("ann", "ben", "masked_softmax")]
+
+
+def test_functions_still_equal_to_their_stub_are_nobodys_work():
+    """Two untouched notebooks share the stubs: that is not copying."""
+    release = nbformat.read(ROOT / "release" / "06-flash-attention" / "06-flash-attention.ipynb",
+                            as_version=4)
+    assert audit(release, release)["functions"] == {}
+    solved = nbformat.read(ROOT / "solutions" / "06-flash-attention" / "06-flash-attention.ipynb",
+                           as_version=4)
+    assert "flash_attention" in audit(solved, release)["functions"]
