@@ -264,11 +264,12 @@ class LimitedExecute(Execute):
         """``(output, peak extra bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
 
         The fresh kernel runs the set-up cells, then the student's solution cells that
-        ran in the student's kernel so far, then the call, each step read from outside through the kernel's
-        cgroup: the figure is what the solution cells kept (a workspace allocated in
-        advance counts) plus the memory peak during the call above the reading just
-        before it (the inputs, already decoded, do not count). NumPy, torch, a file
-        in /tmp: everything the kernel holds is in the cgroup's reading.
+        ran in the student's kernel so far, then the call, each step read from outside
+        (:class:`autograder.sandbox.MemoryMeter`: the kernel's cgroup, or its process
+        where a cgroup's peak cannot be reset): the figure is what the solution cells
+        kept (a workspace allocated in advance counts) plus the memory peak during the
+        call above the reading just before it (the inputs, already decoded, do not
+        count). NumPy, torch, a file in /tmp: everything the kernel holds is counted.
         """
         deadline = monotonic() + timeout
         km, kc = self._fresh_kernel()
@@ -277,28 +278,29 @@ class LimitedExecute(Execute):
             ran = [self.nb.cells[i] for i in self._done]
             for cell in (c for c in ran if judge.is_setup_cell(c)):
                 self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
-            base = self._memory(km)
+            meter = sandbox.MemoryMeter(km.cgroup)
+            base = self._memory(meter)
             for cell in (c for c in ran if judge.nbgrader_meta(c).get("solution")):
                 self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
-            kept = self._memory(km) - base
+            kept = self._memory(meter) - base
             channel = judge.Channel(self, deadline, kc)
             channel.request(op="stage", name=name, args=list(args), kwargs=kwargs)
-            before = self._memory(km)
-            if not sandbox.reset_memory_peak(km.cgroup):
+            if not meter.start():
                 raise judge.JudgeError("memory cannot be measured on this grading host")
+            before = self._memory(meter)
             channel.request(op="call_staged")
-            peak = sandbox.memory_reading(km.cgroup)[1]
+            peak = meter.peak()
             out = channel.request(op="fetch")["value"]
         finally:
             run_sync(km.shutdown_kernel)(now=True)
         return out, max(0, kept) + max(0, peak - before)
 
-    def _memory(self, km):
-        reading = sandbox.memory_reading(km.cgroup) if km.cgroup else None
+    def _memory(self, meter):
+        reading = meter.usage() if meter.name else None
         if reading is None:
             raise judge.JudgeError("memory cannot be measured on this grading host "
                                    "(grade as root, with cgroups)")
-        return reading[0]
+        return reading
 
     def _launch(self):
         """A kernel manager whose kernel process has been launched (not yet waited for)."""

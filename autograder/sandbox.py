@@ -180,30 +180,82 @@ def kill_run_cgroups(run):
         kill_cgroup(name)
 
 
-def memory_reading(name):
-    """(current bytes, peak bytes) of cgroup ``name``'s memory, or None without one."""
-    for path in _group_dirs(name):
-        pairs = (("memory.current", "memory.peak"),
-                 ("memory.usage_in_bytes", "memory.max_usage_in_bytes"))
-        for current, peak in pairs:
-            try:
-                with open(os.path.join(path, current)) as f, open(os.path.join(path, peak)) as g:
-                    return int(f.read()), int(g.read())
-            except (OSError, ValueError):
-                continue
-    return None
+class MemoryMeter:
+    """The memory of the kernel in cgroup ``name``, read from outside it.
 
+    The whole cgroup (every process, tmpfs files included) where the kernel lets a
+    peak be reset (cgroup v1, and v2 from Linux 6.12); elsewhere the kernel's own
+    process, whose high-water mark ``/proc/<pid>/clear_refs`` resets (what its
+    children allocate is then not counted: the summary of such a host says so).
+    ``usage()`` and ``peak()`` are in bytes; ``start()`` begins a new peak.
+    """
 
-def reset_memory_peak(name):
-    """Start a new peak of cgroup ``name``'s memory; False where the kernel cannot."""
-    for path in _group_dirs(name):
-        for knob in ("memory.max_usage_in_bytes", "memory.peak"):
+    def __init__(self, name):
+        self.name, self.pid = name, None
+
+    def _cgroup_files(self):
+        for path in _group_dirs(self.name):
+            for current, peak in (("memory.current", "memory.peak"),
+                                  ("memory.usage_in_bytes", "memory.max_usage_in_bytes")):
+                if os.path.exists(os.path.join(path, current)):
+                    return os.path.join(path, current), os.path.join(path, peak)
+        return None
+
+    def _kernel_pid(self):
+        for path in _group_dirs(self.name):
+            for pid in _tasks(path):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue
+                # the Python process itself, not bwrap or setpriv, whose arguments name it too
+                if os.path.basename(argv[0]).startswith(b"python") and b"ipykernel_launcher" in argv:
+                    return pid
+        return None
+
+    def _status(self, field):
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        raise OSError(f"no {field} for process {self.pid}")
+
+    def usage(self):
+        """Bytes in use now (None if nothing can be read)."""
+        if self.pid is not None:
+            return self._status("VmRSS")
+        files = self._cgroup_files()
+        if files is None:
+            return None
+        with open(files[0]) as f:
+            return int(f.read())
+
+    def start(self):
+        """Begin a new peak; False if neither the cgroup nor the process allows it."""
+        files = self._cgroup_files()
+        if files is not None:
             try:
-                _write(os.path.join(path, knob), 0)
+                _write(files[1], 0)
                 return True
             except OSError:
-                continue
-    return False
+                pass
+        self.pid = self._kernel_pid()
+        if self.pid is None:
+            return False
+        try:
+            _write(f"/proc/{self.pid}/clear_refs", 5)  # 5: reset the peak resident set size
+            return True
+        except OSError:
+            self.pid = None
+            return False
+
+    def peak(self):
+        """The peak in bytes since :meth:`start`."""
+        if self.pid is not None:
+            return self._status("VmHWM")
+        with open(self._cgroup_files()[1]) as f:
+            return int(f.read())
 
 
 # -- the bwrap command line ------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Memory tests measured from outside the kernel cannot be dodged from inside it.
 
-One class of 06-flash-attention, graded in the sandbox: an honest tiled
+One class of 06-flash-attention, graded in the sandbox, once reading the kernel's
+cgroup and once (as on a host whose cgroup peak cannot be reset) the kernel
+process's own peak: an honest tiled
 ``flash_attention`` earns the memory point; three that build the full T x S
 score matrix while hiding it from an in-process measurement do not, although
 their values are right (so they keep the value tests' points):
@@ -20,6 +22,7 @@ import pytest
 
 from autograder.driver import grade
 from autograder.limits import Limits
+from autograder import sandbox
 from autograder.sandbox import cgroup_version, unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,10 +78,24 @@ def strip(source):
     return "\n".join(line for line in source.splitlines() if "SOLUTION" not in line)
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def no_peak_reset(path, value):
+    """A cgroup whose memory peak cannot be reset (cgroup v2 before Linux 6.12)."""
+    if path.endswith(("memory.peak", "memory.max_usage_in_bytes")):
+        raise OSError("resetting the peak is not supported")
+    return write(path, value)
+
+
+write = sandbox._write
+
+
+@pytest.fixture(scope="module", params=["cgroup", "process"])
+def graded(request, tmp_path_factory):
+    """One class graded with the cgroup's peak, and one with the kernel process's peak."""
     if cgroup_version() == 0:
         pytest.skip("memory is measured through cgroups: none here")
+    patch = pytest.MonkeyPatch()
+    if request.param == "process":  # the workers are forked from here: they inherit it
+        patch.setattr(sandbox, "_write", no_peak_reset)
     root = tmp_path_factory.mktemp("memory")
     shutil.copytree(REPO / "solutions" / AID, root / "solutions" / AID)
     source = nbformat.read(root / "solutions" / AID / f"{AID}.ipynb", as_version=4)
@@ -98,7 +115,10 @@ def graded(tmp_path_factory):
         folder = root / "submitted" / student / AID
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / f"{AID}.ipynb")
-    results = grade(AID, root, jobs=2, progress=False, limits=Limits(cell_timeout=60))
+    try:
+        results = grade(AID, root, jobs=2, progress=False, limits=Limits(cell_timeout=60))
+    finally:
+        patch.undo()
     scores = {}
     for result in results:
         for nb in result.notebooks:
