@@ -166,18 +166,24 @@ def sweep_cgroups(min_age=10.0):
                     pass
 
 
+def kernel_cgroups():
+    """Names of the kernel cgroups that exist now (of every run on this host)."""
+    names = set()
+    for path in _group_dirs(""):
+        try:
+            names.update(n for n in os.listdir(path) if n.startswith("k"))
+        except OSError:
+            continue
+    return names
+
+
 def kill_run_cgroups(run):
     """Kill every kernel of grading run ``run`` and remove their cgroups."""
     if not run:
         return
-    names = set()
-    for path in _group_dirs(""):
-        try:
-            names.update(n for n in os.listdir(path) if n.startswith(f"k{run}-"))
-        except OSError:
-            continue
-    for name in names:
-        kill_cgroup(name)
+    for name in kernel_cgroups():
+        if name.startswith(f"k{run}-"):
+            kill_cgroup(name)
 
 
 class MemoryMeter:

@@ -26,7 +26,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.sandbox import _group_dirs, unavailable_reason
+from autograder.sandbox import unavailable_reason
+from leftovers import scratch_folders
 
 REPO = Path(__file__).resolve().parent.parent
 AID = "01-rope"
@@ -260,15 +261,7 @@ def leftovers(root, before=frozenset()):
             continue
         if str(root) in cmdline:
             found.add(cmdline.replace("\0", " ")[:120])
-    return sorted(found | (scratch() - before))
-
-
-def scratch():
-    found = {str(p) for pattern in ("kernel-*", "autograder-*") for p in Path("/tmp").glob(pattern)}
-    for folder in _group_dirs(""):
-        if os.path.isdir(folder):
-            found |= {f"cgroup {n}" for n in os.listdir(folder) if n.startswith("k")}
-    return found
+    return sorted(found | (scratch_folders() - before))
 
 
 def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path):
@@ -285,7 +278,7 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     cli(uninterrupted, "grade", AID, "--jobs", "2", "--no-progress")
 
     root = tmp_path / "a"
-    before = scratch()
+    before = scratch_folders()
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", AID, "--root", str(root),
                              "--jobs", "2", "--no-progress"], cwd=root, env=env,
