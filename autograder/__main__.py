@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from .gradebook import engine_url
 from .limits import Limits
 from .nbgrader_config import default_db_url
 
@@ -77,7 +78,7 @@ def cmd_grade(args):
                     max_tasks=args.max_tasks, disk_mb=args.disk_mb)
     grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs, limits=limits,
           students=_students(args.students), progress=not args.no_progress, force=args.force,
-          late_policy=args.late_policy)
+          late_policy=args.late_policy, scheduler=args.scheduler)
 
 
 def course_settings(args):
@@ -195,8 +196,9 @@ def parser():
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", default=".", help="course root (default: the current directory)")
-    common.add_argument("--db", default=None,
-                        help="gradebook SQLAlchemy URL (default: sqlite:///ROOT/gradebook.db)")
+    common.add_argument("--db", default=None, type=engine_url,
+                        help="gradebook SQLAlchemy URL (default: sqlite:///ROOT/gradebook.db); "
+                             "postgresql://USER@HOST:PORT/DB for a PostgreSQL server")
     common.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     raw = argparse.RawDescriptionHelpFormatter
@@ -217,6 +219,9 @@ def parser():
     p.add_argument("assignment", help="assignment id, e.g. 01-rope")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count(),
                    help="submissions graded in parallel (default: number of cores)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="grade on the workers of this Dask scheduler instead of local processes "
+                        "(see autograder/README.md, 'Grading on a cluster')")
     d = Limits()
     p.add_argument("--timeout-cell", type=int, default=d.cell_timeout, metavar="S",
                    help=f"seconds one cell may run, its tests included (default {d.cell_timeout})")

@@ -21,6 +21,11 @@ The parent process
    so far stays recorded (running ``grade`` again finishes the rest);
 6. writes ``grades.csv`` and prints the class summary; keeps the worker log of
    every student whose grading failed under ``logs/``.
+
+With ``scheduler`` (``--scheduler tcp://HOST:8786``), step 2 runs on an existing Dask
+cluster instead (:mod:`autograder.cluster`): one task per submission, the same
+per-submission pipeline on every Dask worker; everything else stays in this process.
+Students go longest-expected-first, by the time their last grading took.
 """
 
 import ctypes
@@ -44,7 +49,8 @@ import nbformat
 from . import sandbox, summary, worker
 from .audit import grade_id, is_locked
 from .feedback import install_mathjax
-from .gradebook import GradebookError, check_url, record
+from .gradebook import (GradebookError, advisory_lock, check_url, engine_url, is_postgres,
+                        lock_holder, open_gradebook, record, writing)
 from .limits import Limits
 from .nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
 from .policy import apply_late_policy, load_settings
@@ -217,8 +223,6 @@ def up_to_date(root, db_url, assignment, students):
     """Students whose submission is unchanged since it was graded and recorded."""
     from nbgrader.api import MissingEntry
 
-    from .gradebook import open_gradebook
-
     fresh = []
     with open_gradebook(db_url) as gb:
         for student in students:
@@ -234,30 +238,53 @@ def up_to_date(root, db_url, assignment, students):
 
 
 class CourseLock:
-    """One ``grade`` at a time per course: an exclusive lock on ``<root>/.autograder.lock``.
+    """Who may grade now: one run per course, or per assignment with a PostgreSQL gradebook.
 
-    The lock file says who holds it (host, pid, assignment, start time); the kernel
-    releases the lock when that process ends, however it ends.
+    With an SQLite gradebook (one file on one machine) the lock is ``<root>/.autograder.lock``,
+    exclusive for the whole course: the file says who holds it (host, pid, assignment, start
+    time), and the kernel releases it when that process ends, however it ends. With a
+    PostgreSQL gradebook the lock is a PostgreSQL advisory lock named after the assignment,
+    so it holds across every host that grades into that gradebook: runs of *different*
+    assignments go on at once (their writes are serialized by
+    :func:`autograder.gradebook.writing`), a second run of the same assignment is refused,
+    and the server releases the lock when the holder's connection ends.
     """
 
-    def __init__(self, root, assignment):
-        self.path, self.assignment, self.fd = Path(root) / LOCK, assignment, None
+    def __init__(self, root, assignment, db_url):
+        self.path, self.assignment, self.db_url = Path(root) / LOCK, assignment, db_url
+        self.fd = self.held = None
+
+    def label(self):
+        return (f"grade {self.assignment}, pid {os.getpid()} on {socket.gethostname()}, "
+                f"since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
+
+    def refuse(self, holder):
+        raise SystemExit(f"another grading run holds this course: {holder or 'another run'}; "
+                         "wait for it to finish (or stop it) and run grade again")
 
     def __enter__(self):
+        if is_postgres(self.db_url):
+            name = f"autograder:grade:{self.assignment}"
+            self.held = advisory_lock(self.db_url, name, label=self.label(), wait=False)
+            if self.held.__enter__() is None:
+                self.held.__exit__(None, None, None)
+                self.refuse(lock_holder(self.db_url, name))
+            return self
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(self.fd, 1000).decode(errors="replace").strip() or "another run"
+            holder = os.read(self.fd, 1000).decode(errors="replace").strip()
             os.close(self.fd)
-            raise SystemExit(f"another grading run holds this course: {holder}; "
-                             "wait for it to finish (or stop it) and run grade again") from None
+            self.refuse(holder)
         os.ftruncate(self.fd, 0)
-        os.write(self.fd, (f"grade {self.assignment}, pid {os.getpid()} on {socket.gethostname()}, "
-                           f"since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n").encode())
+        os.write(self.fd, (self.label() + "\n").encode())
         return self
 
     def __exit__(self, *exc):
+        if self.held is not None:
+            self.held.__exit__(None, None, None)
+            return
         os.ftruncate(self.fd, 0)
         os.close(self.fd)
 
@@ -282,7 +309,7 @@ class Signals:
 
 
 def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=None,
-          progress=True, out=None, sandboxed=True, force=False, late_policy=None):
+          progress=True, out=None, sandboxed=True, force=False, late_policy=None, scheduler=None):
     """Grade every submission of ``assignment``; return the list of :class:`StudentResult`.
 
     Writes the gradebook, ``autograded/``, ``feedback/`` and ``grades.csv``
@@ -297,12 +324,15 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
     unknown assignment, no submissions, a gradebook URL that cannot work) raises
     ``SystemExit`` with one line and changes nothing; an interrupted run raises
     ``SystemExit`` after recording what was finished.
+    ``scheduler``: the address of a Dask scheduler (``tcp://HOST:8786``) whose workers
+    grade instead of local processes (``jobs`` is then the cluster's); a scheduler that
+    cannot be reached, or workers that cannot grade, is one line and changes nothing.
     """
     from .release import source_assignments
 
     root = Path(root).resolve()
     limits = limits or Limits()
-    db_url = db_url or default_db_url(root)
+    db_url = engine_url(db_url or default_db_url(root))
     known = source_assignments(root)
     if assignment not in known:
         raise SystemExit(f"unknown assignment {assignment!r}: {root / SOURCE} has "
@@ -315,19 +345,61 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
         raise SystemExit(str(error)) from None
     if late_policy is not None:
         course = replace(course, policies={**course.policies, assignment: late_policy})
-    if sandboxed and (reason := sandbox.unavailable_reason()):
-        raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
     names = find_students(root, assignment, students)
     if not names:
         raise SystemExit(f"no submissions of {assignment} under {root / SUBMITTED}: nothing graded")
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    with CourseLock(root, assignment), Signals():
-        return _grade_class(assignment, root, db_url, jobs, limits, names, progress, out,
-                            sandboxed, force, course, roster)
+    client = connect_cluster(scheduler, sandboxed) if scheduler else None
+    try:
+        if client is None and sandboxed and (reason := sandbox.unavailable_reason()):
+            raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
+        if client is not None:
+            from .cluster import worker_threads
+
+            jobs = worker_threads(client)
+        jobs = max(1, jobs or os.cpu_count() or 1)
+        with CourseLock(root, assignment, db_url), Signals():
+            return _grade_class(assignment, root, db_url, jobs, limits, names, progress, out,
+                                sandboxed, force, course, roster, client)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def connect_cluster(scheduler, sandboxed):
+    """A Dask client whose workers can all grade with this grader, or one line and exit."""
+    from .cluster import ClusterError, check_workers, connect
+
+    try:
+        client = connect(scheduler)
+    except ClusterError as error:
+        raise SystemExit(str(error)) from None
+    try:
+        check_workers(client)
+        if sandboxed:
+            reasons = {r for r in client.run(sandbox.unavailable_reason).values() if r}
+            if reasons:
+                raise ClusterError(f"--scheduler: cannot grade untrusted notebooks safely on the "
+                                   f"workers: {'; '.join(sorted(reasons))}")
+    except ClusterError as error:
+        client.close()
+        raise SystemExit(str(error)) from None
+    return client
+
+
+def expected_seconds(root, assignment, students):
+    """How long each student's last grading took (from the stamps), for longest-first order."""
+    seconds = {}
+    for student in students:
+        try:
+            seconds[student] = float(json.loads(stamp_path(root, student, assignment)
+                                                .read_text()).get("seconds", 0.0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    return seconds
 
 
 def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, sandboxed, force,
-                 course, roster):
+                 course, roster, client=None):
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
     os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
     start, results, stopped = monotonic(), [], None
@@ -340,7 +412,10 @@ def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, s
             root=str(root), assignment=assignment, template_db=str(workdir / "template.db"),
             release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed,
             run_id=workdir.name.rsplit("-", 1)[-1], course=course)
-        generate(assignment, root, release_dir=workdir / "release-db", db_url=db_url)
+        with writing(db_url):
+            with open_gradebook(db_url):  # created (and made ready) before nbgrader writes it
+                pass
+            generate(assignment, root, release_dir=workdir / "release-db", db_url=db_url)
         if roster:
             sync_roster(db_url, roster)
         install_mathjax(root / FEEDBACK)
@@ -359,8 +434,18 @@ def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, s
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
             bar.update(result.student)
 
+        expected = expected_seconds(root, assignment, todo)
         try:
-            run_pool(settings, todo, jobs, watchdog, on_result)
+            if client is None:
+                todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
+                run_pool(settings, todo, jobs, watchdog, on_result)
+            else:
+                from .cluster import ClusterError, run_cluster
+
+                try:
+                    run_cluster(client, settings, todo, expected, watchdog, on_result)
+                except ClusterError as error:
+                    raise SystemExit(str(error)) from None
         except Interrupted as signal_name:
             stopped = str(signal_name)
         bar.close()
@@ -396,4 +481,5 @@ def keep(root, db_url, assignment, result):
         log.write_text(result.log)
     if result.digest:
         stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps({"digest": result.digest, "status": result.status}))
+        stamp.write_text(json.dumps({"digest": result.digest, "status": result.status,
+                                     "seconds": round(result.seconds, 3)}))

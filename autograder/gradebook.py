@@ -6,11 +6,20 @@
   into the class gradebook (replacing earlier autograded scores, keeping manual
   ones, as nbgrader does) and returns the submission's total;
 * :func:`open_gradebook`: a gradebook at any SQLAlchemy URL, with a one-line error
-  for a URL that cannot be one (a missing folder, a file that is not a database).
+  for a URL that cannot be one (a missing folder, a file that is not a database, a
+  PostgreSQL server that cannot be reached);
+* :func:`writing` and :func:`advisory_lock`: with a PostgreSQL gradebook, runs on
+  several hosts serialize their writes, and a run holds its assignment, through
+  PostgreSQL advisory locks (an SQLite gradebook is one file on one machine: the
+  course lock of :mod:`autograder.driver` serializes its runs).
+
+``postgresql://`` URLs go through psycopg 3 (pinned), whatever SQLAlchemy's default
+driver for the scheme (:func:`engine_url`).
 """
 
+import hashlib
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from .results import OK, CellScore, NotebookScores
@@ -20,9 +29,45 @@ class GradebookError(Exception):
     """A gradebook that cannot be opened; the message is one line for the instructor."""
 
 
+POSTGRES = "postgresql+psycopg://"
+
+
+def engine_url(db_url):
+    """``db_url`` as SQLAlchemy should open it: ``postgresql://`` and ``postgres://`` use psycopg 3."""
+    for scheme in ("postgresql://", "postgres://"):
+        if db_url.startswith(scheme):
+            return POSTGRES + db_url[len(scheme):]
+    return db_url
+
+
+def is_postgres(db_url):
+    return engine_url(db_url).startswith(POSTGRES)
+
+
+def libpq_url(db_url):
+    """The ``postgresql://`` form of a PostgreSQL gradebook URL, for psycopg itself."""
+    return "postgresql://" + engine_url(db_url)[len(POSTGRES):]
+
+
+def connect_postgres(db_url, application_name="autograder"):
+    """A psycopg connection (autocommit) to a PostgreSQL gradebook, or :class:`GradebookError`."""
+    import psycopg
+
+    try:
+        return psycopg.connect(libpq_url(db_url), autocommit=True, connect_timeout=10,
+                               application_name=application_name[:63])
+    except psycopg.Error as error:
+        where = libpq_url(db_url).split("@")[-1]
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise GradebookError(f"--db: cannot connect to the PostgreSQL gradebook at {where} "
+                             f"({reason})") from None
+
+
 def check_url(db_url):
     """Raise :class:`GradebookError` if ``db_url`` cannot be a gradebook, without creating one."""
-    if db_url.startswith("sqlite:///"):
+    if is_postgres(db_url):
+        connect_postgres(db_url).close()
+    elif db_url.startswith("sqlite:///"):
         path = Path(db_url[len("sqlite:///"):])
         if not path.parent.is_dir():
             raise GradebookError(f"--db: the folder {path.parent} does not exist")
@@ -43,6 +88,7 @@ def open_gradebook(db_url):
 
     check_url(db_url)
     prepare_nbgrader()
+    db_url = engine_url(db_url)
     with warnings.catch_warnings():
         # nbgrader's update_or_create_submission trips harmless SQLAlchemy autoflush warnings
         warnings.simplefilter("ignore", sqlalchemy.exc.SAWarning)
@@ -51,7 +97,68 @@ def open_gradebook(db_url):
         except sqlalchemy.exc.SQLAlchemyError as error:
             raise GradebookError(f"--db: cannot open the gradebook ({type(error).__name__})") from None
         with gb:
+            if is_postgres(db_url):
+                _course_row(gb)
             yield gb
+
+
+def _course_row(gb):
+    """Give a PostgreSQL gradebook the course row nbgrader's converters refer to.
+
+    nbgrader's converters record assignments under ``CourseDirectory.course_id``, empty by
+    default, and create no course row for the empty id; SQLite does not check the foreign
+    key, PostgreSQL does. So the empty course exists in every PostgreSQL gradebook.
+    """
+    from nbgrader.api import Course
+
+    if gb.db.query(Course).filter(Course.id == "").first() is None:
+        gb.db.add(Course(id=""))
+        gb.db.commit()
+
+
+def lock_key(name):
+    """A signed 64-bit advisory-lock key for ``name`` (stable across hosts and runs)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def advisory_lock(db_url, name, label="autograder", wait=True):
+    """Hold the PostgreSQL session advisory lock ``name`` on a connection of its own.
+
+    ``label`` becomes the connection's ``application_name``, so a refused run can say who
+    holds the lock (:func:`lock_holder`). Yields ``True`` once the lock is held; with
+    ``wait=False`` it yields ``None`` at once, holding nothing, when another session holds
+    it. The server releases the lock when the connection closes, however this process ends.
+    """
+    key = lock_key(name)
+    with connect_postgres(db_url, label) as conn:
+        if wait:
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        elif not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            yield None
+            return
+        yield True
+
+
+def lock_holder(db_url, name):
+    """``application_name`` of the session that holds advisory lock ``name``, or None."""
+    key = lock_key(name) & 0xFFFFFFFFFFFFFFFF
+    with connect_postgres(db_url) as conn:
+        row = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+            " AND l.classid::text::bigint = %s AND l.objid::text::bigint = %s",
+            (key >> 32, key & 0xFFFFFFFF)).fetchone()
+    return row[0] if row else None
+
+
+def writing(db_url):
+    """Context in which one process at a time writes the gradebook (PostgreSQL: across hosts).
+
+    nbgrader creates a student or a submission row by "look it up, else insert": two runs
+    on different assignments that record the same new student at once would both insert.
+    """
+    return advisory_lock(db_url, "autograder:write") if is_postgres(db_url) else nullcontext()
 
 
 def read_scores(db_url, assignment, student):
@@ -81,7 +188,7 @@ def record(db_url, assignment, result):
     """
     from nbgrader.api import MissingEntry
 
-    with open_gradebook(db_url) as gb:
+    with writing(db_url), open_gradebook(db_url) as gb:
         gb.update_or_create_student(result.student)
         extra = {"timestamp": result.timestamp} if result.timestamp else {}
         sub = gb.update_or_create_submission(assignment, result.student, **extra)

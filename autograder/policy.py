@@ -26,7 +26,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .gradebook import open_gradebook
+from .gradebook import open_gradebook, writing
 
 KINDS = ("none", "zero", "per-unit")
 UNITS = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
@@ -362,7 +362,7 @@ def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) ->
     from nbgrader.api import MissingEntry
 
     policy, due = settings.policy(assignment), settings.due(assignment)
-    with open_gradebook(db_url) as gb:
+    with writing(db_url), open_gradebook(db_url) as gb:
         try:
             record = gb.find_assignment(assignment)
         except MissingEntry:

@@ -17,7 +17,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gradebook import open_gradebook
+from .gradebook import open_gradebook, writing
 
 COLUMNS = ("student_id", "name", "email", "lms_id")
 
@@ -108,7 +108,7 @@ def sync_roster(db_url: str, entries: list[RosterEntry]) -> None:
     to what the entry holds (``None`` clears a field). Students not on the roster are
     left as they are, with their grades.
     """
-    with open_gradebook(db_url) as gb:
+    with writing(db_url), open_gradebook(db_url) as gb:
         for entry in entries:
             gb.update_or_create_student(entry.student_id, first_name=entry.first_name,
                                         last_name=entry.last_name, email=entry.email,

@@ -1,8 +1,11 @@
 """Progress bar, ``grades.csv`` and the end-of-run class summary."""
 
 import csv
+import fcntl
+import os
 import sys
 from collections import Counter
+from pathlib import Path
 from time import monotonic
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
@@ -75,24 +78,32 @@ def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
     """Add/replace this run's rows in ``grades.csv``; rows of other assignments/students stay.
 
     ``score`` is after the late penalty (nbgrader's export subtracts it the same way);
-    roster students in ``missing`` get a row with status ``missing``.
+    roster students in ``missing`` get a row with status ``missing``. Runs of different
+    assignments may finish at once (a PostgreSQL gradebook lets them run together): the
+    read-modify-write holds a lock on ``.grades.csv.lock`` beside it and replaces the file
+    whole, so neither loses the other's rows and no reader sees half a file.
     """
-    rows = {}
-    if path.exists():
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                rows[(row["assignment"], row["student"])] = {k: row.get(k, "") for k in CSV_FIELDS}
-    for result in results:
-        rows[(assignment, result.student)] = csv_row(assignment, result, tests, lateness)
-    for student in missing:
-        rows.setdefault((assignment, student), {**dict.fromkeys(CSV_FIELDS, ""), "student": student,
-                        "assignment": assignment, "score": "0", "status": "missing",
-                        "error": "on the roster, no submission"})
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        for key in sorted(rows):
-            writer.writerow(rows[key])
+    path = Path(path)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = {}
+        if path.exists():
+            with open(path, newline="") as f:
+                for row in csv.DictReader(f):
+                    rows[(row["assignment"], row["student"])] = {k: row.get(k, "") for k in CSV_FIELDS}
+        for result in results:
+            rows[(assignment, result.student)] = csv_row(assignment, result, tests, lateness)
+        for student in missing:
+            rows.setdefault((assignment, student), {**dict.fromkeys(CSV_FIELDS, ""), "student": student,
+                            "assignment": assignment, "score": "0", "status": "missing",
+                            "error": "on the roster, no submission"})
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+            writer.writeheader()
+            for key in sorted(rows):
+                writer.writerow(rows[key])
+        os.replace(tmp, path)
 
 
 def isolation(settings):
