@@ -183,11 +183,14 @@ def grading_cluster_env():
 
     * ``allowed-failures 1``: a submission whose grading kills two workers is failed
       (``KilledWorker``) and recorded as an error, instead of being retried on a third;
+    * ``worker-saturation 1.0``: a worker holds only the task it runs (the scheduler queues
+      the rest), so a worker that dies is blamed for one submission, not for a queued one;
     * memory management off: a worker's memory is the grader's, whose kernels are capped
       by their own cgroups, so Dask must not pause or restart a worker for it.
     """
     return {
         "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
+        "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0",
         "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "False",
         "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL": "False",
         "DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "False",
