@@ -6,9 +6,15 @@ times
 
 * stock: ``nbgrader autograde`` (one process, students one after another), and
   ``nbgrader generate_feedback`` after it, since the driver writes feedback too;
-* driver: ``python -m autograder grade --jobs J`` (autograde + feedback + CSV).
+* driver: ``python -m autograder grade --jobs J`` (autograde + feedback + CSV);
+* Dask: the same command with ``--scheduler``, on a Dask cluster: the one at ``--scheduler
+  ADDRESS``, or, with ``--dask-workers 1,2``, a local cluster of K single-threaded workers
+  started for each K (``benchmarks/start_cluster.py`` starts the same cluster by hand);
+  and Dask's own cost per submission: the round trip of a task that carries a submission's
+  bytes in and a result's bytes out through the scheduler and does nothing else.
 
 Usage: python benchmarks/bench_grading.py [--assignment ID] [-n 100] [--jobs 2] [--skip-stock]
+       [--scheduler tcp://HOST:8786 | --dask-workers 1,2]
 Timings depend on the machine's load; run it on an otherwise idle machine.
 """
 
@@ -82,9 +88,30 @@ def stock(root, assignment, n):
     return autograde, autograde + feedback
 
 
-def driver(root, assignment, jobs):
+def driver(root, assignment, jobs, scheduler=None):
+    """Seconds for ``grade`` of the whole class (every submission graded again)."""
+    extra = ["--scheduler", scheduler] if scheduler else []
     return run([sys.executable, "-m", "autograder", "grade", assignment, "--root", str(root),
-                "--jobs", str(jobs), "--no-progress"], REPO)
+                "--jobs", str(jobs), "--no-progress", "--force", *extra], REPO)
+
+
+def echo(files):
+    """A task that does no grading: it returns as many bytes as a graded result carries."""
+    return b"r" * sum(len(data) for data in files.values())
+
+
+def dask_overhead(scheduler, files, n=200):
+    """Median seconds Dask adds per submission: submit, schedule, ship bytes both ways, gather."""
+    from distributed import Client
+
+    with Client(scheduler, set_as_default=False) as client:
+        client.submit(echo, files, pure=False).result()  # warm: connections and the function
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            client.submit(echo, files, pure=False).result()
+            times.append(time.perf_counter() - start)
+    return sorted(times)[n // 2]
 
 
 def sandbox_startup(n=5):
@@ -117,6 +144,10 @@ def main():
     parser.add_argument("-n", type=int, default=100, help="submissions (default 100)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--skip-stock", action="store_true", help="time only the driver")
+    parser.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                        help="also time grading on the Dask cluster of this scheduler")
+    parser.add_argument("--dask-workers", default=None, metavar="K,K",
+                        help="also time grading on a local Dask cluster of K workers, for each K")
     args = parser.parse_args()
     course = REPO / "tests" / "fixtures" / "course" if args.assignment == "toy" else REPO
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
@@ -126,6 +157,21 @@ def main():
         with open(root / "grades.csv", newline="") as f:
             scores = Counter((row["score"], row["status"]) for row in csv.DictReader(f))
         rows = [(f"driver, --jobs {args.jobs} (autograde + feedback + csv)", ours)]
+        files = {p.name: p.read_bytes()
+                 for p in (root / "submitted" / "student000" / args.assignment).iterdir()}
+        dask_rows, overheads = [], []
+        if args.scheduler:
+            dask_rows.append((f"driver on Dask at {args.scheduler}",
+                              driver(root, args.assignment, args.jobs, args.scheduler)))
+            overheads.append((args.scheduler, dask_overhead(args.scheduler, files)))
+        if args.dask_workers:
+            from autograder.local_servers import dask_cluster
+
+            for k in [int(k) for k in args.dask_workers.split(",")]:
+                with dask_cluster(k) as (address, _):
+                    dask_rows.append((f"driver on Dask, {k} local worker(s) x 1 thread",
+                                      driver(root, args.assignment, args.jobs, address)))
+                    overheads.append((f"{k} local worker(s)", dask_overhead(address, files)))
         if not args.skip_stock:
             auto, both = stock(root, args.assignment, args.n)
             rows += [("stock nbgrader autograde (sequential)", auto),
@@ -133,8 +179,13 @@ def main():
     print(f"\nGrading {args.n} submissions of {args.assignment} on {os.cpu_count()} cores "
           f"(load average at the end {os.getloadavg()[0]:.1f})")
     print(f"{'':55} {'seconds':>8} {'s/student':>10}")
-    for name, seconds in rows:
+    for name, seconds in rows + dask_rows:
         print(f"{name:55} {seconds:8.1f} {seconds / args.n:10.2f}")
+    for name, seconds in dask_rows:
+        print(f"{name}: {ours / seconds:.0%} of the local driver's throughput")
+    for where, seconds in overheads:
+        print(f"Dask's own cost per submission ({where}, a {sum(map(len, files.values())):,}-byte "
+              f"submission in and out, median of 200 round trips): {seconds * 1000:.1f} ms")
     print(f"sandboxed kernel start-up (launch to first reply, median of 5): "
           f"{sandbox_startup():.2f} s")
     print("driver's scores (score, status): count = "
