@@ -62,17 +62,21 @@ class RunPayload:
 
 
 class GradingPlugin(WorkerPlugin):
-    """Dask worker plugin: one run's scratch course and scratch gradebook on a worker process."""
+    """Dask worker plugin: one run's scratch course and scratch gradebook on a worker process.
+
+    ``setup`` also does what a local worker has done before its first student: nbgrader and
+    the executor imported, and a sandboxed kernel launched and waiting (the *spare*, which
+    the first notebook takes; :class:`autograder.execute.Spare`).
+    """
 
     def __init__(self, payload):
         self.payload = payload
         self.name = f"autograder-{payload.settings.run_id}"
-        self.settings = self.lock = None  # made on the worker, in setup()
+        self.settings = None  # made on the worker, in setup()
 
     def setup(self, worker=None):
         if self.payload.settings.sandboxed and (reason := sandbox.unavailable_reason()):
             raise RuntimeError(f"cannot grade untrusted notebooks safely on this worker: {reason}")
-        self.lock = threading.Lock()
         workdir = Path(tempfile.mkdtemp(prefix=f"autograder-{self.payload.settings.run_id}-"))
         os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
         release = workdir / "release"
@@ -88,50 +92,81 @@ class GradingPlugin(WorkerPlugin):
                                 release_dir=str(release), template_db=str(template),
                                 workdir=str(workdir))
         prepare_nbgrader()
-        # what a local worker has from its fork: nbgrader and the executor, imported once
         import nbgrader.converters  # noqa: F401
 
-        from . import execute  # noqa: F401
+        if _GRADING.acquire(blocking=False):  # never wait here: this is the worker's event loop
+            try:
+                if _State.run is None:  # no other run's kernel is waiting in this process
+                    self.enter()
+                    _launch_spare(self.config())
+            finally:
+                _GRADING.release()
 
     def teardown(self, worker=None):
         from .execute import Spare
 
         if self.settings is None:
             return
-        with self.lock:
-            if _State.run == self.name:
-                Spare.discard()
-                _State.run = None
-            sandbox.kill_run_cgroups(self.settings.run_id)
-            shutil.rmtree(self.settings.workdir, ignore_errors=True)
+        if _GRADING.acquire(blocking=False):
+            try:
+                if _State.run == self.name:
+                    Spare.discard()
+                    _State.run = None
+            finally:
+                _GRADING.release()
+        sandbox.kill_run_cgroups(self.settings.run_id)  # the spare too, if a task holds the lock
+        shutil.rmtree(self.settings.workdir, ignore_errors=True)
+
+    def enter(self):
+        """Make this run the one whose kernels this process starts (environment, directory)."""
+        from .execute import Spare
+
+        if _State.run != self.name:  # a spare kernel of another run has its limits: not ours
+            Spare.discard()
+            _State.run = self.name
+        os.environ.update(self.settings.limits.environment())
+        os.environ[sandbox.RUN_ENV] = self.settings.run_id
+        os.chdir(self.settings.root)
+
+    def grader_dir(self):
+        return Path(self.settings.workdir) / "grader"
+
+    def config(self):
+        return worker.autograde_config(self.settings, f"sqlite:///{self.grader_dir() / 'gradebook.db'}",
+                                       worker.INTERNAL_ID, self.grader_dir() / "submitted")
 
     def grade(self, student, files):
         """Grade one submission (``files``: name -> bytes) in this worker's scratch course."""
-        from .execute import Spare
-
-        with self.lock:
-            if _State.run != self.name:  # the spare kernel was started for another run
-                Spare.discard()
-                _State.run = self.name
+        with _GRADING:
+            self.enter()
             settings = self.settings
-            os.environ.update(settings.limits.environment())
-            os.environ[sandbox.RUN_ENV] = settings.run_id
-            os.chdir(settings.root)
-            folder = Path(settings.root) / SUBMITTED / student / settings.assignment
-            shutil.rmtree(Path(settings.root) / SUBMITTED, ignore_errors=True)
+            submitted = Path(settings.root) / SUBMITTED
+            shutil.rmtree(submitted, ignore_errors=True)
+            folder = submitted / student / settings.assignment
             folder.mkdir(parents=True)
             for name, data in files.items():
                 (folder / name).write_bytes(data)
-            grader = Path(settings.workdir) / "grader"
             try:
-                return worker.grade_student(settings, student, grader,
-                                            f"sqlite:///{grader / 'gradebook.db'}")
+                return worker.grade_student(settings, student, self.grader_dir(),
+                                            f"sqlite:///{self.grader_dir() / 'gradebook.db'}")
             finally:
-                shutil.rmtree(Path(settings.root) / SUBMITTED, ignore_errors=True)
+                shutil.rmtree(submitted, ignore_errors=True)
+
+
+_GRADING = threading.Lock()  # one submission at a time per worker process, whatever the run
 
 
 class _State:
-    run = None  # the plugin whose spare kernel this worker process holds
+    run = None  # the plugin whose environment (and spare kernel) this worker process has
+
+
+def _launch_spare(config):
+    """Launch a sandboxed kernel now, kept as the spare for this process's first notebook."""
+    from .execute import LimitedExecute, Spare
+
+    executor = LimitedExecute(config=config)
+    executor.kernel_name = "python3"  # the course's notebooks' kernel (nbgrader's default too)
+    Spare.keep(executor._launch())
 
 
 def grade_task(plugin_name, student, files):

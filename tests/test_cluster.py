@@ -124,12 +124,16 @@ def csv_rows(root):
 
 
 def feedback(root):
-    return {p.relative_to(root): p.read_bytes()
+    """Feedback pages by path. Prompt numbers (``In [5]:``) are blanked: a kernel that dies
+    mid-cell (``os._exit``) may or may not have sent that cell's execution count first, in any
+    run, local or not."""
+    return {p.relative_to(root): re.sub(rb'(input_prompt">In(?: |\xc2\xa0)\[)[^\]<]*(\]:)', rb"\1\2", p.read_bytes())
             for p in sorted((root / "feedback").rglob("*.html")) if "mathjax" not in p.parts}
 
 
 def worker_pids(client):
-    return client.run(os.getpid)
+    """Process id of each live worker (one that is dying or just died is left out)."""
+    return client.run(os.getpid, on_error="ignore")
 
 
 def cli(*args, timeout=600):
@@ -212,12 +216,20 @@ def kill_worker_running(client, key_part, times, deadline=240):
     times (each time the scheduler has moved it to a live worker). Returns how many it killed."""
     killed, seen = 0, set()
     end = time.monotonic() + deadline
+    def running(address):
+        return any(key_part in str(k) for k in client.processing().get(address, ()))
+
     while killed < times and time.monotonic() < end:
         pids = worker_pids(client)
-        for address, keys in client.processing().items():
-            if address in pids and address not in seen and any(key_part in str(k) for k in keys):
+        for address in client.processing():
+            if address in pids and address not in seen and running(address):
                 time.sleep(1.0)  # mid-submission: its kernel is running
-                os.kill(pids[address], signal.SIGKILL)
+                if not running(address):  # moved meanwhile (another kill, say): look again
+                    break
+                try:
+                    os.kill(pids[address], signal.SIGKILL)
+                except ProcessLookupError:  # died meanwhile, by another kill: not this one's
+                    break
                 seen.add(address)
                 killed += 1
                 break
@@ -236,9 +248,15 @@ def test_killed_workers_reschedule_once_and_two_kills_make_an_error(tmp_path, po
                             "--db", url, "--scheduler", address, "--no-progress", "--jobs", "2",
                             "--timeout-cell", "10", "--timeout-notebook", "90"],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    once = [0]
-    twice = threading.Thread(target=lambda: once.__setitem__(0, kill_worker_running(
-        client, "-timeout", 2)))
+    once = [None]
+
+    def kill_twice():
+        try:
+            once[0] = kill_worker_running(client, "-timeout", 2)
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            once[0] = error
+
+    twice = threading.Thread(target=kill_twice)
     twice.start()
     assert kill_worker_running(client, "-hang", 1) == 1
     twice.join()
@@ -326,3 +344,37 @@ def test_runs_of_different_assignments_share_one_postgres_gradebook(tmp_path, po
     assert found == sorted((a, s, float(klass.expected[s]["score"]))
                            for a in ("toy", "toy-b") for s in klass.submissions)
     assert not re.search(r"Traceback", "".join(outs))
+
+
+# -- the worker plugin ---------------------------------------------------------------------------
+def test_plugin_preloads_a_sandboxed_kernel_and_removes_everything_at_the_end(tmp_path, cluster):
+    from autograder.cluster import GradingPlugin, RunPayload
+    from autograder.worker import Settings
+
+    def spare_kernel_alive():  # defined here, so Dask ships it by value (workers lack tests/)
+        from jupyter_core.utils import run_sync
+
+        from autograder.execute import Spare
+
+        return Spare.km is not None and run_sync(Spare.km.is_alive)()
+
+    _, client = cluster
+    release = generate("toy", FIXTURE, release_dir=tmp_path / "release")
+    generate("toy", FIXTURE, release_dir=tmp_path / "r2", db_url=f"sqlite:///{tmp_path}/t.db")
+    settings = Settings(root=str(FIXTURE), assignment="toy", template_db=str(tmp_path / "t.db"),
+                        release_dir=str(release), workdir=str(tmp_path), run_id="plugintest")
+    plugin = GradingPlugin(RunPayload(settings=settings,
+                                      release={"toy.ipynb": (release / "toy.ipynb").read_bytes()},
+                                      template_db=(tmp_path / "t.db").read_bytes()))
+    client.register_plugin(plugin, name=plugin.name)
+    try:
+        workdirs = client.run(lambda dask_worker: dask_worker.plugins[plugin.name].settings.workdir)
+        assert all(Path(w).is_dir() for w in workdirs.values())
+        deadline = time.monotonic() + 30
+        while not all(client.run(spare_kernel_alive).values()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert all(client.run(spare_kernel_alive).values())
+    finally:
+        client.unregister_worker_plugin(plugin.name)
+    assert not any(client.run(spare_kernel_alive).values())
+    assert not any(Path(w).exists() for w in workdirs.values())
