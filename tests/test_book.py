@@ -29,6 +29,7 @@ REQUIRED_TERMS = [
     "feed-forward network", "GELU", "SwiGLU", "pre-norm", "post-norm", "encoder-only",
     "decoder-only", "encoder-decoder", "cross-attention", "O(N²) cost", "FlashAttention",
     "online softmax", "log-sum-exp", "tiling", "sliding-window attention", "state-space model",
+    "scaling law", "induction head", "receptive field", "dilated convolution",
 ]
 # Text that only nbgrader source notebooks contain; none of it may reach the site.
 SECRET_MARKERS = [b"BEGIN SOLUTION", b"BEGIN HIDDEN TESTS", b"### BEGIN"]
@@ -193,6 +194,14 @@ def test_glossary_defines_every_term_the_chapters_use():
     assert not missing, f"glossary lacks: {missing}"
     definitions = article("glossary").select("dl.glossary dd")
     assert all(len(dd.get_text(strip=True)) > 40 for dd in definitions)
+
+
+def test_no_page_speaks_of_a_syllabus_or_lesson_the_reader_never_saw():
+    """The course's own planning documents are not part of the site: no page may refer to them."""
+    words = re.compile(r"\b(syllabus|syllabi|lessons?)\b", re.IGNORECASE)
+    found = {doc: sorted(set(words.findall(article(doc).get_text(" ")))) for doc in ALL_DOCS}
+    found = {doc: hits for doc, hits in found.items() if hits}
+    assert not found, f"pages that mention a syllabus or lesson: {found}"
 
 
 def test_bibliography_lists_every_entry_of_references_bib():
