@@ -137,6 +137,12 @@ def sandbox_startup(n=5):
     return times[len(times) // 2]
 
 
+def progress(name, seconds):
+    """Print one measurement as soon as it is taken (the table at the end repeats it)."""
+    print(f"measured: {name}: {seconds:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
+    return seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = "01-rope" if (REPO / "solutions" / "01-rope").is_dir() else "toy"
@@ -153,7 +159,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         root = Path(tmp)
         make_class(root, args.assignment, course, args.n)
-        ours = driver(root, args.assignment, args.jobs)
+        ours = progress("driver", driver(root, args.assignment, args.jobs))
         with open(root / "grades.csv", newline="") as f:
             scores = Counter((row["score"], row["status"]) for row in csv.DictReader(f))
         rows = [(f"driver, --jobs {args.jobs} (autograde + feedback + csv)", ours)]
@@ -169,11 +175,15 @@ def main():
 
             for k in [int(k) for k in args.dask_workers.split(",")]:
                 with dask_cluster(k) as (address, _):
-                    dask_rows.append((f"driver on Dask, {k} local worker(s) x 1 thread",
-                                      driver(root, args.assignment, args.jobs, address)))
-                    overheads.append((f"{k} local worker(s)", dask_overhead(address, files)))
+                    name = f"driver on Dask, {k} local worker(s) x 1 thread"
+                    dask_rows.append((name, progress(name, driver(root, args.assignment,
+                                                                  args.jobs, address))))
+                    overheads.append((f"{k} local worker(s)",
+                                      progress(f"Dask round trip, {k} worker(s)",
+                                               dask_overhead(address, files))))
         if not args.skip_stock:
             auto, both = stock(root, args.assignment, args.n)
+            progress("stock nbgrader autograde + generate_feedback", both)
             rows += [("stock nbgrader autograde (sequential)", auto),
                      ("stock nbgrader autograde + generate_feedback", both)]
     print(f"\nGrading {args.n} submissions of {args.assignment} on {os.cpu_count()} cores "
