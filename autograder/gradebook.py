@@ -18,6 +18,7 @@ driver for the scheme (:func:`engine_url`).
 """
 
 import hashlib
+import os
 import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -80,26 +81,73 @@ def check_url(db_url):
 
 @contextmanager
 def open_gradebook(db_url):
-    """nbgrader's ``Gradebook`` at ``db_url`` (created if new), SQLAlchemy warnings silenced."""
+    """nbgrader's ``Gradebook`` at ``db_url`` (created if new), SQLAlchemy warnings silenced.
+
+    The first open in a process checks the URL, creates the tables if they are missing and
+    keeps the SQLAlchemy engine; later opens of the same gradebook are a new session on
+    that engine (:func:`_reopened`). A class run records result after result: a new engine
+    each time would compile every statement of nbgrader's ORM again, most of a record's cost.
+    No connection stays open between opens (the pool is emptied at the end of each), so a
+    process may fork with nothing of the gradebook's open.
+    """
     import sqlalchemy.exc
     from nbgrader.api import Gradebook
 
     from .nbgrader_config import prepare_nbgrader
 
-    check_url(db_url)
-    prepare_nbgrader()
     db_url = engine_url(db_url)
+    key = _engine_key(db_url)
     with warnings.catch_warnings():
         # nbgrader's update_or_create_submission trips harmless SQLAlchemy autoflush warnings
         warnings.simplefilter("ignore", sqlalchemy.exc.SAWarning)
         try:
-            gb = Gradebook(db_url)
+            if key in _ENGINES:
+                gb = _reopened(_ENGINES[key])
+            else:
+                check_url(db_url)
+                prepare_nbgrader()
+                gb = Gradebook(db_url)
+                if is_postgres(db_url):
+                    _course_row(gb)
+                if key is not None:
+                    _ENGINES[key] = gb.engine
         except sqlalchemy.exc.SQLAlchemyError as error:
             raise GradebookError(f"--db: cannot open the gradebook ({type(error).__name__})") from None
-        with gb:
-            if is_postgres(db_url):
-                _course_row(gb)
+        try:
             yield gb
+        finally:
+            gb.db.remove()
+            gb.engine.dispose()  # connections closed; the engine and its statement cache stay
+
+
+_ENGINES = {}  # _engine_key(url) -> engine of a gradebook this process has opened
+os.register_at_fork(after_in_child=_ENGINES.clear)
+
+
+def _engine_key(db_url):
+    """What identifies a gradebook for reuse: the URL, and for SQLite the file's inode.
+
+    A deleted and re-created SQLite file is a new gradebook (tables to create); a file that
+    does not exist yet has no key (it is created, then the next open keeps it).
+    """
+    if db_url.startswith("sqlite:///"):
+        try:
+            return db_url, Path(db_url[len("sqlite:///"):]).stat().st_ino
+        except OSError:
+            return None
+    return db_url, None
+
+
+def _reopened(engine):
+    """nbgrader's ``Gradebook`` as a new session on a kept engine, without its set-up."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    gb = Gradebook.__new__(Gradebook)
+    gb.engine = engine
+    gb.db = scoped_session(sessionmaker(autoflush=True, bind=engine, future=True))
+    gb.course_id, gb.authenticator = "default_course", None  # as Gradebook() sets them
+    return gb
 
 
 def _course_row(gb):
