@@ -25,11 +25,18 @@
   }
   function signed(x, digits) { return (x >= 0 ? "+" : "") + fixed(x, digits); }
   function range(a, b) { var out = []; for (var i = a; i <= b; i++) out.push(i); return out; }
-  function niceTicks(lo, hi, count) {
-    var span = hi - lo, step = Math.pow(10, Math.floor(Math.log10(span / count)));
-    [1, 2, 2.5, 5, 10].some(function (f) { if (span / (f * step) <= count) { step *= f; return true; } return false; });
+  function niceTicks(lo, hi, count) {            // round steps (1, 2 or 5 x 10^k) giving about `count` ticks
+    var span = hi - lo, best = null;
+    var exp = Math.floor(Math.log10(span / count));
+    [exp - 1, exp, exp + 1].forEach(function (e) {
+      [1, 2, 5].forEach(function (f) {
+        var step = f * Math.pow(10, e), first = Math.ceil(lo / step - 1e-9), last = Math.floor(hi / step + 1e-9);
+        var n = last - first + 1, score = Math.abs(n - count);
+        if (n >= 2 && (best === null || score < best.score)) best = {score: score, step: step, first: first, last: last};
+      });
+    });
     var out = [];
-    for (var t = Math.ceil(lo / step - 1e-9) * step; t <= hi + 1e-9 * span; t += step) out.push(Math.abs(t) < 1e-12 ? 0 : t);
+    for (var i = best.first; i <= best.last; i++) out.push(Math.abs(i * best.step) < 1e-12 ? 0 : i * best.step);
     return out;
   }
   function tickText(t) {
@@ -45,18 +52,25 @@
     parent.appendChild(this.box);
     this.o = o;
   }
-  Panel.prototype.begin = function (o) {
+  Panel.prototype.begin = function (o) {             // clear and size the panel; its <svg> stays in place
     for (var key in o) this.o[key] = o[key];
     o = this.o;
-    this.box.textContent = "";
     var width = Math.max(200, Math.floor(this.box.clientWidth || 300));
     var m = {left: o.ylabel ? 52 : 12, right: 12, top: o.title ? 26 : 8, bottom: (o.xlabel ? 42 : 10) + (o.legend ? 20 : 0)};
     var pw = width - m.left - m.right;
     var ph = Math.round(pw * (o.aspect || 0.8));
     var height = ph + m.top + m.bottom;
-    var svg = el("svg", {width: width, height: height, viewBox: "0 0 " + width + " " + height,
-                         "font-size": FONT, fill: "currentColor", "aria-hidden": "true", focusable: "false"}, this.box);
-    this.svg = svg; this.m = m; this.pw = pw; this.ph = ph;
+    if (!this.svg) {
+      this.svg = el("svg", {"font-size": FONT, fill: "currentColor", "aria-hidden": "true", focusable: "false"}, this.box);
+    }
+    var svg = this.svg;
+    if (this.width !== width) {
+      svg.setAttribute("width", width); svg.setAttribute("height", height);
+      svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+      this.cache = {};
+    }
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    this.width = width; this.m = m; this.pw = pw; this.ph = ph;
     var f = function (lim, log, a, b) {
       var lo = log ? Math.log10(lim[0]) : lim[0], hi = log ? Math.log10(lim[1]) : lim[1];
       return function (v) { return a + ((log ? Math.log10(v) : v) - lo) / (hi - lo) * (b - a); };
@@ -75,8 +89,8 @@
     var g = el("g", {stroke: "currentColor", "stroke-width": 1}, svg);
     el("line", {x1: x0, y1: y0, x2: x0 + this.pw, y2: y0}, g);
     el("line", {x1: x0, y1: y0, x2: x0, y2: m.top}, g);
-    var xticks = o.xticks || niceTicks(Math.min.apply(null, o.xlim), Math.max.apply(null, o.xlim), Math.max(3, Math.floor(this.pw / 35)));
-    var yticks = o.yticks || niceTicks(Math.min.apply(null, o.ylim), Math.max.apply(null, o.ylim), Math.max(3, Math.floor(this.ph / 35)));
+    var xticks = o.xticks || niceTicks(Math.min.apply(null, o.xlim), Math.max.apply(null, o.xlim), Math.max(3, Math.min(6, Math.floor(this.pw / 45))));
+    var yticks = o.yticks || niceTicks(Math.min.apply(null, o.ylim), Math.max.apply(null, o.ylim), Math.max(3, Math.min(6, Math.floor(this.ph / 40))));
     xticks.forEach(function (t) {
       var x = self.x(t);
       el("line", {x1: x, y1: y0, x2: x, y2: y0 + 4}, g);
@@ -90,6 +104,15 @@
     if (o.xlabel) el("text", {x: x0 + this.pw / 2, y: y0 + 34, "text-anchor": "middle"}, svg, o.xlabel);
     if (o.ylabel) el("text", {x: 0, y: 0, "text-anchor": "middle",
                               transform: "translate(13," + (m.top + this.ph / 2) + ") rotate(-90)"}, svg, o.ylabel);
+  };
+  Panel.prototype.layer = function (key, draw) {    // a part that does not change with the controls: drawn once per size
+    if (!this.cache[key]) {
+      var plot = this.plot;
+      this.plot = this.cache[key] = el("g", {});
+      draw();
+      this.plot = plot;
+    }
+    this.plot.appendChild(this.cache[key]);
   };
   Panel.prototype.line = function (xs, ys, a) {
     var self = this, pts = [];
@@ -156,11 +179,11 @@
         circle.label(1.17 * x, 1.17 * y, a[2], {color: a[1], bold: true, anchor: "middle", dy: 5});
       });
       heat.begin({});
-      heat.heat(d.S_rgb);
+      heat.layer("scores", function () { heat.heat(d.S_rgb); });
       heat.rect(n - 0.5, m - 0.5, n + 0.5, m + 0.5, {stroke: "currentColor", width: 2});
       heat.rect(n - 2, m - 2, n + 2, m + 2, {stroke: "currentColor", width: 1.5});
       curve.begin({});
-      curve.line(d.offsets, d.score_of_offset, {color: C.blue});
+      curve.layer("curve", function () { curve.line(d.offsets, d.score_of_offset, {color: C.blue}); });
       curve.dot(n - m, s, {color: C.vermillion, r: 5});
       return {
         text: "Query at m = " + m + ", key at n = " + n + ", offset n \u2212 m = " + fixed(n - m, 0) +
@@ -176,12 +199,15 @@
     Object.keys(d.trace).forEach(function (bc) {
       d.trace[bc].forEach(function (row) { row.forEach(function (s) { lmax = Math.max(lmax, s[1]); mlo = Math.min(mlo, s[0]); mhi = Math.max(mhi, s[0]); }); });
     });
-    heat = new Panel(box, {title: "scores of the tiles visited", xlabel: "key j", ylabel: "query i",
+    heat = new Panel(box, {title: "tiles visited", xlabel: "key j", ylabel: "query i",
                            xlim: [-0.5, n - 0.5], ylim: [n - 0.5, -0.5], aspect: 1});
     bm = new Panel(box, {title: "running max m", xlabel: "m", ylabel: "query i", xlim: [mlo, mhi * 1.1], ylim: [n - 0.5, -0.5], aspect: 1});
     bl = new Panel(box, {title: "running sum \u2113", xlabel: "\u2113", ylabel: "query i", xlim: [0, lmax * 1.1], ylim: [n - 0.5, -0.5], aspect: 1});
     var table = document.createElement("div");
     table.className = "tr-lab-table";
+    table.tabIndex = 0;                        // it may scroll sideways on a phone: reachable by keyboard
+    table.setAttribute("role", "region");
+    table.setAttribute("aria-label", "Rows of the current query tile");
     var readout = root.querySelector(".tr-lab-readout");
     readout.parentNode.insertBefore(table, readout.nextSibling);
     var last = null;
@@ -204,9 +230,9 @@
         }
       });
       var rows = [], html = ["<table><caption>Rows of query tile " + (i + 1) + " after key tile " + (j + 1) +
-        "</caption><thead><tr><th scope=\"col\">row</th><th scope=\"col\">m before</th><th scope=\"col\">m after</th>" +
-        "<th scope=\"col\">factor e<sup>m before \u2212 m after</sup></th><th scope=\"col\">\u2113 before</th>" +
-        "<th scope=\"col\">\u2113 after</th></tr></thead><tbody>"];
+        " (rescale = e<sup>m before \u2212 m after</sup>)</caption><thead><tr><th scope=\"col\">row</th>" +
+        "<th scope=\"col\">m before</th><th scope=\"col\">m after</th><th scope=\"col\">rescale</th>" +
+        "<th scope=\"col\">\u2113 before</th><th scope=\"col\">\u2113 after</th></tr></thead><tbody>"];
       for (var r = i * br; r < (i + 1) * br; r++) {
         var before = j ? tr[r][j - 1] : null, after = tr[r][j];
         rows.push([r, after[0], after[1]]);
@@ -272,6 +298,7 @@
       var s = ctl.get("step");
       loss.begin({});
       loss.line(range(1, s), d.loss.slice(0, s), {color: C.blue, width: 2});
+      loss.dot(s, d.loss[s - 1], {color: C.blue, r: 4});
       scatter.begin({});
       scatter.line([-0.5, 6.5], [0.5, 0.5], {color: "currentColor", width: 1, dash: "2 3"});
       d.p_more[s - 1].forEach(function (p, i) {
