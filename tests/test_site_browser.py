@@ -158,6 +158,8 @@ def test_a_lab_responds_to_its_controls(browser, site):
     """
     seen = []
     for doc in CHAPTERS:
+        if 'class="tr-lab"' not in (HTML / f"{doc}.html").read_text(encoding="utf-8"):
+            continue
         context, page, log = open_page(browser, f"{site}/{doc}.html")
         try:
             labs = page.locator("div.tr-lab")

@@ -8,19 +8,25 @@ same values in ``data-*`` attributes for the browser tests), and the numbers the
 embedded JSON. The JavaScript only looks values up and draws them; it computes nothing that
 the chapter did not. ``kind`` names the view in ``labs.js`` that knows how to draw that lab:
 
-========= ========= ==============================================================
-kind      chapter   data it reads
-========= ========= ==============================================================
-rope      1         ``S`` (N, N) scores ``s(m, n)``, ``S_rgb`` their colours, ``q01``
-                    and ``k01`` (N, 2) pair 0 of the rotated q and k, ``offsets``
-                    and ``score_of_offset`` (2N-1,)
-norm      4         ``depths`` (L_max,), ``post`` and ``pre``: per depth the list of
-                    the L gradient norms of the blocks' W2
-training  4         ``loss`` (steps,), ``accuracy`` (steps,), ``p_more`` (steps, 64),
-                    ``n_ones`` and ``jitter`` (64,), ``label`` (64,)
-tiles     6         ``S`` (n, n), ``S_rgb``, ``trace``: for each key-tile size B_c
-                    the running (m, l) of every row after each key tile, (n, n/B_c, 2)
-========= ========= ==============================================================
+========= ======= ==================================================================
+kind      chapter data it reads
+========= ======= ==================================================================
+rope      1       ``S`` (N, N) scores ``s(m, n)``, ``S_rgb`` their colours (see
+                  :func:`heatmap_colors`), ``q_angle`` and ``k_angle`` (N,) the angle of
+                  pair 0 of the rotated q and k in degrees, ``offsets`` and
+                  ``score_of_offset`` (2N-1,), ``q`` and ``k`` (D,) the unrotated vectors
+norm      4       ``depths`` (n_depths,), ``post`` and ``pre``: per depth ``L`` the ``L``
+                  gradient norms of the blocks' W2
+training  4       ``loss``, ``accuracy`` and ``correct`` (steps,), ``p_more`` (steps, 64),
+                  ``n_ones``, ``jitter`` and ``label`` (64,)
+tiles     6       ``S`` (n, n) and ``S_rgb``, ``trace``: per key-tile size B_k, (n, n/B_k, 3)
+                  the running max m, running sum l and rescaling factor of every row after
+                  each key tile; ``q`` and ``k`` (n, d)
+========= ======= ==================================================================
+
+Controls named in the views: ``m``, ``n`` (rope); ``L``, ``layer`` (norm); ``step``
+(training); ``Bq``, ``Bk``, ``step`` (tiles). A view may narrow a control's values (the
+layers of the chosen depth, the steps of the chosen tiling).
 """
 
 import html
@@ -120,7 +126,7 @@ def lab(kind, data, controls, *, title, alt, name=None, digits=7):
         f'<div class="tr-lab" id="{uid}" data-lab="{kind}" role="group" aria-label="{html.escape(title)}">'
         f'<div class="tr-lab-controls">{"".join(rows)}</div>'
         f'<div class="tr-lab-panels" role="img" aria-label="{html.escape(alt)}">'
-        '<p class="tr-lab-nojs">This lab is drawn by the book website\'s labs.js.</p></div>'
+        '<p class="tr-lab-nojs">The book\'s website draws this lab (its labs.js); the numbers it shows are computed in this cell.</p></div>'
         f'<div class="tr-lab-readout" id="{uid}-readout" aria-live="polite"></div>'
         f'<script type="application/json" class="tr-lab-data">{payload}</script>'
         "</div>")
