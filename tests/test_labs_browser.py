@@ -147,7 +147,7 @@ def test_depth_lab_shows_the_library_gradients(browser, site):  # noqa: F811
 
     context, page, log = open_lab(browser, site, "lab-norm")
     try:
-        for L, layer in [(1, 1), (6, 3), (24, 24)]:
+        for L, layer in [(2, 1), (16, 16)]:  # kept few: each depth is recomputed here
             got = set_controls(page, "lab-norm", L=L, layer=layer)
             assert page.locator("#lab-norm-layer").get_attribute("max") == str(L - 1)
             post, pre = w2_grad_norms(L, "post"), w2_grad_norms(L, "pre")
