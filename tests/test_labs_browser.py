@@ -259,3 +259,5 @@ def check_what_a_reader_meets(page, lab_id):
         page.wait_for_timeout(400)  # let colour transitions finish
         contrast = page.evaluate(f"({CONTRAST_JS})('{lab_id}')")
         assert min(contrast.values()) >= 4.5, f"{lab_id} in {theme} mode: {contrast}"
+        frame = page.evaluate(f"getComputedStyle(document.getElementById('{lab_id}').parentElement).backgroundColor")
+        assert theme == "light" or frame == "rgba(0, 0, 0, 0)", f"{lab_id}: a light frame around it in dark mode"
