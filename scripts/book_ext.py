@@ -7,15 +7,11 @@
    execution cache. So this extension merges the cached outputs into that notebook, puts it
    next to the page's source under ``_sources/`` and tells the theme, which then lists
    ``.ipynb`` beside ``.md`` in the download menu.
-2. Offline, accessible labs. matplotlib's ``to_jshtml`` animations link Font Awesome 4.4 from a
-   public CDN for their button icons; the theme already serves Font Awesome from ``_static``,
-   so that ``<link>`` is dropped from every page. Their frame ``<img>`` has no alt text; where
-   the chapter did not add one, it gets a sentence that says how to use the lab.
-3. No Thebe. Jupyter Book always loads sphinx-thebe, whose (unused: the site has no launch
+2. No Thebe. Jupyter Book always loads sphinx-thebe, whose (unused: the site has no launch
    buttons) configuration script is added twice per page in this stack, which is a JavaScript
    error ("THEBE_JS_URL has already been declared") on every page. Its event handlers and
    stylesheet are removed, so pages carry no Thebe code and no reference to its CDN.
-4. Chapters execute two at a time. With ``execute_notebooks: cache`` MyST-NB runs each chapter
+3. Chapters execute two at a time. With ``execute_notebooks: cache`` MyST-NB runs each chapter
    when Sphinx reads it, one after another. Before Sphinx reads anything, this extension finds
    the notebooks it is about to read whose code is not in the execution cache, runs them in a
    pool of ``BOOK_EXECUTION_JOBS`` processes (default 2; 1 turns this off) and stores each
@@ -24,7 +20,7 @@
    one MyST-NB computes: a changed chapter re-executes, an unchanged one does not. A chapter
    that fails is not cached; Sphinx runs it again itself and reports the failing cell (warning,
    traceback, ``reports/<page>.err.log``) as it always did.
-5. The API reference (``api.md``) documents each name once. Both backends re-export the
+4. The API reference (``api.md``) documents each name once. Both backends re-export the
    functions of ``transformer_ref.counts``; autodoc would list them under each backend as well
    as under ``counts``, so they are skipped in the backend sections.
 """
@@ -52,11 +48,6 @@ JOBS_VARIABLE = "BOOK_EXECUTION_JOBS"
 # Each chapter sets torch to one thread; with two kernels on two cores, BLAS and OpenMP
 # pools must not add threads of their own either.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-
-CDN_FONT_AWESOME = re.compile(
-    r'<link\s+rel="stylesheet"\s+href="https://maxcdn\.bootstrapcdn\.com/font-awesome/[^"]*">\s*'
-)
-
 
 def executed_notebook(app, pagename):
     """The page's notebook with outputs (from the execution cache), or None for a plain page."""
@@ -86,19 +77,6 @@ def add_ipynb_download(app, pagename, templatename, context, doctree):
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, target)
     context["ipynb_source"] = f"{pagename}.ipynb"
-
-
-ANIMATION_FRAME_WITHOUT_ALT = re.compile(r'<img id="_anim_img(\w+)">')
-ANIMATION_ALT = ("Current frame of an animated figure: the slider and the buttons below it "
-                 "step through the frames")
-
-
-def fix_animations(app, pagename, templatename, context, doctree):
-    """Make ``to_jshtml`` labs offline (no CDN stylesheet) and give their frames alt text."""
-    if "body" in context:
-        body = CDN_FONT_AWESOME.sub("", context["body"])
-        context["body"] = ANIMATION_FRAME_WITHOUT_ALT.sub(
-            rf'<img id="_anim_img\1" alt="{ANIMATION_ALT}">', body)
 
 
 def disable_thebe(app):
@@ -253,5 +231,4 @@ def setup(app):
     app.connect("autodoc-skip-member", skip_shared_members)
     app.connect("env-before-read-docs", execute_in_parallel)
     app.connect("html-page-context", add_ipynb_download, priority=400)
-    app.connect("html-page-context", fix_animations, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,9 +1,8 @@
 """Plot helpers shared by the chapters (not part of the reference API).
 
 One look for every figure in the book: the Okabe-Ito colour-blind-safe
-palette, labelled axes, and a helper that turns a matplotlib animation into a
-self-contained HTML widget (slider and play buttons) that works in the static
-site without a kernel.
+palette, labelled axes, and the block diagram of chapter 4. The labs a reader
+can steer are built by :mod:`transformer_ref.labs`.
 """
 
 import sys
@@ -16,9 +15,8 @@ if "ipykernel" not in sys.modules:
     matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import animation  # noqa: E402
 
-__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style", "frames_html"]
+__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style"]
 
 #: Okabe & Ito (2008), distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = [
@@ -53,35 +51,8 @@ def use_book_style():
             "axes.labelsize": 11,
             "legend.frameon": False,
             "font.size": 10,
-            "animation.embed_limit": 8.0,  # MB of frames embedded in one page
         }
     )
-
-
-def frames_html(fig, update, frames, *, interval=400, default_mode="once", dpi=None):
-    """Return self-contained HTML (slider and play buttons, inline JavaScript) for a kernel-free lab.
-
-    ``update(i)`` redraws ``fig`` for frame ``i`` (``0 <= i < frames``); each frame is
-    rendered once, now, with whatever the chapter computed, straight into matplotlib's
-    ``HTMLWriter`` (the widget ``to_jshtml`` makes, without ``FuncAnimation`` drawing every
-    frame twice). Display it with ``IPython.display.HTML``. ``dpi`` defaults to the
-    figure's own; the figure is closed afterwards.
-    """
-    import tempfile
-    from pathlib import Path
-
-    if frames < 1:
-        raise ValueError(f"frames must be >= 1, got {frames}")
-    writer = animation.HTMLWriter(fps=1000 / interval, embed_frames=True, default_mode=default_mode)
-    with tempfile.TemporaryDirectory() as tmpdir:
-        path = Path(tmpdir, "frames.html")
-        with writer.saving(fig, str(path), dpi=fig.dpi if dpi is None else dpi):
-            for i in range(frames):
-                update(i)
-                writer.grab_frame()
-        html = path.read_text()
-    plt.close(fig)
-    return html
 
 
 # --- helpers for chapters 4-6 (transformer block, families, FlashAttention) -------------------
