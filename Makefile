@@ -7,6 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-lock
 TRITON_STAMP := $(VENV)/.installed-triton
+NPM_STAMP := node_modules/.installed-lock
 
 .PHONY: book test test-fast lint venv bench clean help
 
@@ -32,10 +33,16 @@ $(TRITON_STAMP): requirements-triton.lock $(STAMP)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-triton.lock
 	cp requirements-triton.lock $(TRITON_STAMP)
 
+# axe-core for the accessibility checks of the browser tests (package-lock.json, exact
+# versions, no install scripts): reinstalled only when the lock file has changed.
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund
+	cp package-lock.json $(NPM_STAMP)
+
 book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
-test: book $(TRITON_STAMP)
+test: book $(TRITON_STAMP) $(NPM_STAMP)
 	$(BIN)/python -m pytest
 
 # No book build, no browser, no end-to-end grading (the `slow` marker): under a minute and a half.
