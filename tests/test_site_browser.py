@@ -245,8 +245,10 @@ OVERFLOW_JS = """() => {
     if (r.width === 0 || !el.checkVisibility({visibilityProperty: true})) continue;
     const width = el.tagName === 'MJX-CONTAINER' ? Math.max(el.scrollWidth, r.width) : r.width;
     const room = column.right - Math.max(r.left, column.left);
-    if (width > room + 1) {
-      const text = `${where(el)}: ${Math.round(width)} px in ${Math.round(room)} px`;
+    // An equation also shares its line with its number: it must fit its own box.
+    const squeezed = el.tagName === 'MJX-CONTAINER' && el.scrollWidth > el.clientWidth + 1;
+    if (width > room + 1 || squeezed) {
+      const text = `${where(el)}: ${Math.round(width)} px in ${Math.round(squeezed ? el.clientWidth : room)} px`;
       (el.tagName === 'MJX-CONTAINER' ? wideMath : wide).push(text);
     }
   }
