@@ -330,12 +330,17 @@ FAVICON_JS = """async () => {
 
 
 def set_theme(page, mode):
-    """Switch the theme's colour mode in place (what its light/dark button does)."""
+    """Switch the theme's colour mode in place (what its light/dark button does), then wait
+    for the colour transitions it starts (0.15 s on the theme's buttons) to end, so contrast
+    is measured on the final colours."""
     page.evaluate("""(mode) => {
       document.documentElement.dataset.theme = mode;
       document.documentElement.dataset.mode = mode;
     }""", mode)
-    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.evaluate("""() => Promise.race([
+      new Promise(r => setTimeout(r, 2000)),
+      Promise.all(document.getAnimations().filter(a => a.transitionProperty).map(a => a.finished.catch(() => null))),
+    ]).then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))))""")
 
 
 def audit_page(browser, site, doc):
