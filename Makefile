@@ -7,6 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-lock
 TRITON_STAMP := $(VENV)/.installed-triton
+NPM_STAMP := node_modules/.installed-lock
 
 .PHONY: book test test-fast lint venv bench clean help
 
@@ -32,10 +33,20 @@ $(TRITON_STAMP): requirements-triton.lock $(STAMP)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-triton.lock
 	cp requirements-triton.lock $(TRITON_STAMP)
 
+# axe-core for the accessibility checks of the browser tests (package-lock.json, exact
+# versions, no install scripts): reinstalled only when the lock file has changed. Without
+# npm those checks skip (with a hint) and the rest of the suite still runs.
+$(NPM_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --ignore-scripts --no-audit --no-fund && cp package-lock.json $(NPM_STAMP); \
+	else \
+	  echo "npm not found: the accessibility checks will skip (apt-get install nodejs npm)"; \
+	fi
+
 book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
-test: book $(TRITON_STAMP)
+test: book $(TRITON_STAMP) $(NPM_STAMP)
 	$(BIN)/python -m pytest
 
 # No book build, no browser, no end-to-end grading (the `slow` marker): under a minute and a half.

@@ -20,7 +20,14 @@
    one MyST-NB computes: a changed chapter re-executes, an unchanged one does not. A chapter
    that fails is not cached; Sphinx runs it again itself and reports the failing cell (warning,
    traceback, ``reports/<page>.err.log``) as it always did.
-4. The API reference (``api.md``) documents each name once. Both backends re-export the
+4. Accessible generated HTML. docutils marks bibliography entries with the DPUB-ARIA role
+   ``doc-biblioentry``, deprecated since DPUB-ARIA 1.1, inside a ``role="list"`` that then
+   has no ``listitem`` children (axe-core: aria-deprecated-role, aria-required-children);
+   they become list items. MyST-NB names its "Show code cell source" toggles "Toggle hidden
+   content", a name that leaves out the visible text (label-content-name-mismatch); the
+   visible text names them instead. The bibliography's pybtex style (author–year labels, a
+   link on every entry) is ``scripts/bib_style.py``, registered here.
+5. The API reference (``api.md``) documents each name once. Both backends re-export the
    functions of ``transformer_ref.counts``; autodoc would list them under each backend as well
    as under ``counts``, so they are skipped in the backend sections.
 """
@@ -42,6 +49,8 @@ from jupyter_cache.executors.utils import single_nb_execution
 from myst_nb.core.nb_to_tokens import nb_node_to_dict
 from myst_nb.core.read import create_nb_reader
 from sphinx.util import logging
+
+from scripts import bib_style
 
 LOGGER = logging.getLogger(__name__)
 JOBS_VARIABLE = "BOOK_EXECUTION_JOBS"
@@ -77,6 +86,17 @@ def add_ipynb_download(app, pagename, templatename, context, doctree):
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, target)
     context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+BIBLIOENTRY_ROLE = ' role="doc-biblioentry"'
+HIDDEN_CELL_SUMMARY = '<summary aria-label="Toggle hidden content">'
+
+
+def fix_aria(app, pagename, templatename, context, doctree):
+    """Bibliography entries as list items; code-cell toggles named by their visible text."""
+    if "body" in context:
+        body = context["body"].replace(BIBLIOENTRY_ROLE, ' role="listitem"')
+        context["body"] = body.replace(HIDDEN_CELL_SUMMARY, "<summary>")
 
 
 def disable_thebe(app):
@@ -225,10 +245,12 @@ def skip_shared_members(app, what, name, obj, skip, options):
 
 
 def setup(app):
+    bib_style.register()
     disable_thebe(app)
     app.setup_extension("sphinx.ext.autodoc")  # its events are connected to below
     app.connect("autodoc-process-docstring", note_documented_module)
     app.connect("autodoc-skip-member", skip_shared_members)
     app.connect("env-before-read-docs", execute_in_parallel)
     app.connect("html-page-context", add_ipynb_download, priority=400)
+    app.connect("html-page-context", fix_aria, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

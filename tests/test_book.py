@@ -265,3 +265,60 @@ def test_equations_and_figures_are_numbered():
     captions = [span.get_text() for doc in CHAPTERS for span in article(doc).select(
         "figure span.caption-number")]
     assert all(re.match(r"Fig\. \d+(\.\d+)* ", caption) for caption in captions), captions
+
+
+def bibliography_entries():
+    """``{id: (label, entry element)}`` of the bibliography page's entries."""
+    entries = {}
+    for entry in article("bibliography").select("div.citation"):
+        label = entry.select_one("span.label")
+        text = label.get_text("", strip=True).strip("[]") if label else ""
+        entries[entry["id"]] = (text, entry)
+    return entries
+
+
+def test_bibliography_entries_are_a_list_with_author_year_labels_and_links():
+    """Each entry: a list item (not the deprecated doc-biblioentry role), an author-year label,
+    a link to its source (DOI, arXiv or a URL), and no TeX left in its text."""
+    entries = bibliography_entries()
+    assert len(entries) >= 42
+    lists = article("bibliography").select('[role="list"]')
+    assert lists and all(child.get("role") == "listitem"
+                         for box in lists for child in box.find_all(recursive=False)), \
+        "a role=list box whose children are not all listitems"
+    assert not article("bibliography").select('[role="doc-biblioentry"]')
+    for key, (label, entry) in entries.items():
+        assert re.fullmatch(r"\S.*, (\d{4}[a-z]?|n\.d\.)", label), f"{key}: label {label!r} is not author, year"
+        assert not re.match(r"\d+$", label), label
+        links = [a["href"] for a in entry.find_all("a", href=True) if not is_local(a["href"])]
+        assert links, f"{label}: no DOI, arXiv or web link"
+        assert all(href.startswith("https://") for href in links), links
+        text = entry.get_text(" ")
+        assert "$" not in text and "\\" not in text, f"{label}: TeX in the entry: {text[:120]}"
+
+
+def test_citations_in_the_text_match_the_bibliography_labels():
+    """A parenthetical {cite} shows "Author, year"; the entry it links to carries that label."""
+    entries = bibliography_entries()
+    checked = 0
+    for doc in CHAPTERS:
+        for link in article(doc).select('a[href*="bibliography.html#"]'):
+            text = " ".join(link.get_text().split())
+            if not re.fullmatch(r".+, \d{4}[a-z]?", text):
+                continue                      # {cite:t} reads "Author [year]": not a label
+            target = unquote(urlsplit(link["href"]).fragment)
+            assert target in entries, f"{doc}: citation {text!r} links to no entry ({target})"
+            assert entries[target][0] == text, (
+                f"{doc}: citation {text!r}, bibliography label {entries[target][0]!r}")
+            checked += 1
+    assert checked >= 40, f"only {checked} parenthetical citations found"
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_tables_are_markdown_tables(doc):
+    """Every table goes through the Markdown path (docutils ``table.table``), none is raw HTML
+    printed by a cell, which the theme neither styles nor fits into the column."""
+    raw = [table for table in article(doc).select(".cell_output table")]
+    assert not raw, f"{doc}: {len(raw)} raw HTML table(s) in cell outputs; glue a Markdown table"
+    for table in article(doc).find_all("table"):
+        assert "table" in table.get("class", []), f"{doc}: a table without the theme's class"

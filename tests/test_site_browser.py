@@ -6,6 +6,15 @@ host, typeset its math (no raw TeX left), and show every image. One lab (a matpl
 ``to_jshtml`` animation) must respond to its controls. Playwright never downloads a browser
 here: it drives ``/usr/bin/chromium``.
 
+Every page is also audited once, in one browser tab that is switched between three states
+(1280 px light, 1280 px dark, 390 px light): nothing scrolls sideways on a phone outside a
+scroll container and nothing is cut off at the right; every table, image, SVG and display
+equation fits its column at 1280 px, and every display equation at 390 px too; table
+headers meet WCAG AA contrast in light and dark mode; no output shows an object repr
+(``<... at 0x...>``); axe-core (``node_modules``, pinned in ``package-lock.json``) finds no
+WCAG 2.0/2.1 A or AA violation in light or dark mode; every page has a favicon and exactly
+one search box; search results quote no raw TeX.
+
 Set ``BOOK_SCREENSHOTS=<dir>`` to also save a full-page PNG of every page there.
 """
 
@@ -98,9 +107,9 @@ class PageLog:
         page.route("**/*", guard)
 
 
-def open_page(browser, url):
+def open_page(browser, url, width=1280):
     """A fresh page at ``url``, loaded, with MathJax (if the page uses it) finished."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
     log = PageLog(page, "127.0.0.1")
     page.goto(url, wait_until="load")
@@ -183,3 +192,273 @@ def test_a_lab_responds_to_its_controls(browser, site):
         finally:
             context.close()
     assert seen, f"no chapter has a lab (transformer_ref.labs): {CHAPTERS}"
+
+
+# ---------------------------------------------------------------------------------------
+# Layout, contrast and accessibility, audited once per page (one tab, three states).
+
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+DESKTOP, PHONE = 1280, 390
+OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]*(?: object)? at 0x[0-9a-fA-F]+>")
+
+# Elements of the article that stick out of the column or of the screen. An element inside a
+# scroll container (an ancestor with overflow-x auto or scroll) is fine: it scrolls there. An
+# element that an overflow-x hidden/clip ancestor cuts off is not, and neither is one that
+# pushes the page itself wider than the screen.
+OVERFLOW_JS = """() => {
+  const article = document.querySelector('article.bd-article') || document.body;
+  const box = article.getBoundingClientRect();
+  const style = getComputedStyle(article);
+  const column = {left: box.left + parseFloat(style.paddingLeft),
+                  right: box.right - parseFloat(style.paddingRight)};
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+      + (el.className && typeof el.className === 'string'
+         ? '.' + el.className.trim().split(/\\s+/).slice(0, 2).join('.') : '');
+  const where = el => {
+    const parts = [];
+    for (let e = el; e && e !== article && parts.length < 4; e = e.parentElement) parts.unshift(name(e));
+    const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
+    return parts.join(' > ') + (text ? ` "${text}"` : '');
+  };
+  // The right edge an element may reach: that of every overflow-hidden ancestor up to the
+  // nearest scroll container, and, with no scroll container, that of the screen.
+  const rightLimit = el => {
+    let limit = Infinity;
+    for (let e = el.parentElement; e && e !== document.documentElement; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX;
+      if (o === 'auto' || o === 'scroll') return limit;
+      if (o === 'hidden' || o === 'clip') limit = Math.min(limit, e.getBoundingClientRect().right);
+    }
+    return Math.min(limit, window.innerWidth);
+  };
+  const sticking = [];
+  for (const el of article.querySelectorAll('*')) {
+    if (el.closest('mjx-assistive-mml')) continue;      // MathJax's clipped copy for screen readers
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || !el.checkVisibility({visibilityProperty: true})) continue;
+    const limit = rightLimit(el);
+    if (r.right > limit + 2) sticking.push(`${where(el)}: right edge ${Math.round(r.right)} > ${Math.round(limit)}`);
+  }
+  // Tables, images, SVGs and display equations must fit the column itself; an equation's
+  // container scrolls (custom.css), so compare the width of what it holds.
+  const wide = [], wideMath = [];
+  const blocks = article.querySelectorAll('table, img, svg, mjx-container[display="true"]');
+  for (const el of blocks) {
+    if (el.closest('mjx-container') && el.tagName !== 'MJX-CONTAINER') continue;   // MathJax's own parts
+    if (el.closest('button, .headerlink, .copybtn')) continue;                     // icons
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || !el.checkVisibility({visibilityProperty: true})) continue;
+    const width = el.tagName === 'MJX-CONTAINER' ? Math.max(el.scrollWidth, r.width) : r.width;
+    const room = column.right - Math.max(r.left, column.left);
+    // An equation also shares its line with its number: it must fit its own box.
+    const squeezed = el.tagName === 'MJX-CONTAINER' && el.scrollWidth > el.clientWidth + 1;
+    if (width > room + 1 || squeezed) {
+      const text = `${where(el)}: ${Math.round(width)} px in ${Math.round(squeezed ? el.clientWidth : room)} px`;
+      (el.tagName === 'MJX-CONTAINER' ? wideMath : wide).push(text);
+    }
+  }
+  // Text outputs and code wrap at this width: none needs its own scroll bar at 1280 px.
+  const scrolled = [...article.querySelectorAll('.cell_output pre')]
+    .filter(el => el.scrollWidth > el.clientWidth + 1).map(where);
+  return {pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth,
+          sticking: sticking.slice(0, 12), wide: wide.slice(0, 12), wideMath: wideMath.slice(0, 12),
+          scrolledOutputs: scrolled.slice(0, 12)};
+}"""
+
+# WCAG 2 contrast ratio of the text of every table header cell against the background it is
+# drawn on (translucent backgrounds composited up to the page).
+HEADER_CONTRAST_JS = """() => {
+  const rgba = c => {
+    const m = c.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return null;
+    const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const canvas = () => {
+    const root = rgba(getComputedStyle(document.documentElement).backgroundColor);
+    const body = rgba(getComputedStyle(document.body).backgroundColor);
+    return (body && body[3] > 0 ? body : root && root[3] > 0 ? root : [255, 255, 255, 1]).slice(0, 3);
+  };
+  const background = el => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    let out = layers.length && layers[layers.length - 1][3] >= 1 ? [0, 0, 0] : canvas();
+    for (const c of layers.reverse()) out = out.map((v, i) => c[i] * c[3] + v * (1 - c[3]));
+    return out;
+  };
+  const lum = rgb => rgb.map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+                        .reduce((s, v, i) => s + [0.2126, 0.7152, 0.0722][i] * v, 0);
+  const out = [];
+  for (const th of document.querySelectorAll('article th')) {
+    const holders = [th, ...th.querySelectorAll('*')].filter(
+      e => [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()));
+    for (const el of holders) {
+      const fg = rgba(getComputedStyle(el).color), bg = background(el);
+      const rgb = fg.slice(0, 3).map((v, i) => v * fg[3] + bg[i] * (1 - fg[3]));
+      const [a, b] = [lum(rgb), lum(bg)];
+      out.push({text: el.textContent.trim().slice(0, 40),
+                ratio: (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05),
+                color: rgb.map(Math.round), background: bg.map(Math.round)});
+    }
+  }
+  return out;
+}"""
+
+# Dark mode changes colours only, not the document: there, only the colour rules run again.
+AXE_COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+AXE_RUN_JS = """async ([kind, values]) => {
+  const result = await axe.run(document, {runOnly: {type: kind, values: values},
+                                          resultTypes: ['violations']});
+  return result.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help, count: v.nodes.length,
+    nodes: v.nodes.slice(0, 4).map(n => n.target.join(' ')),
+    inLab: v.nodes.every(n => n.target.some(t => document.querySelector(t)
+                                            && document.querySelector(t).closest('.animation'))),
+  }));
+}"""
+
+SEARCH_BOXES_JS = """() => [...document.querySelectorAll(
+    'input[type="search"], input[name="q"], button.search-button, button.search-button-field')]
+  .filter(el => el.checkVisibility({visibilityProperty: true, opacityProperty: true}))
+  .map(el => el.outerHTML.slice(0, 80))"""
+
+FAVICON_JS = """async () => {
+  const link = document.querySelector('link[rel~="icon"]');
+  if (!link) return null;
+  const response = await fetch(link.href);
+  return {href: link.getAttribute('href'), ok: response.ok,
+          type: response.headers.get('content-type')};
+}"""
+
+
+def set_theme(page, mode):
+    """Switch the theme's colour mode in place (what its light/dark button does), then wait
+    for the colour transitions it starts (0.15 s on the theme's buttons) to end, so contrast
+    is measured on the final colours."""
+    page.evaluate("""(mode) => {
+      document.documentElement.dataset.theme = mode;
+      document.documentElement.dataset.mode = mode;
+    }""", mode)
+    page.evaluate("""() => Promise.race([
+      new Promise(r => setTimeout(r, 2000)),
+      Promise.all(document.getAnimations().filter(a => a.transitionProperty).map(a => a.finished.catch(() => null))),
+    ]).then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))))""")
+
+
+def audit_page(browser, site, doc):
+    """Everything the layout and accessibility tests check on one page, in one tab."""
+    context, page, log = open_page(browser, f"{site}/{doc}.html", width=DESKTOP)
+    try:
+        report = {"desktop": page.evaluate(OVERFLOW_JS),
+                  "text": page.evaluate(
+                      "() => (document.querySelector('article') || document.body).innerText"),
+                  "search_boxes": page.evaluate(SEARCH_BOXES_JS),
+                  "favicon": page.evaluate(FAVICON_JS)}
+        if AXE.is_file():
+            page.add_script_tag(path=str(AXE))
+        for mode in ("light", "dark"):
+            set_theme(page, mode)
+            report[f"contrast_{mode}"] = page.evaluate(HEADER_CONTRAST_JS)
+            if AXE.is_file():
+                rules = ["tag", AXE_TAGS] if mode == "light" else ["rule", AXE_COLOUR_RULES]
+                report[f"axe_{mode}"] = page.evaluate(AXE_RUN_JS, rules)
+        set_theme(page, "light")
+        page.set_viewport_size({"width": PHONE, "height": 844})
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        report["phone"] = page.evaluate(OVERFLOW_JS)
+        if os.environ.get("BOOK_SCREENSHOTS"):
+            target = Path(os.environ["BOOK_SCREENSHOTS"]) / f"{doc.replace('/', '_')}.phone.png"
+            page.screenshot(path=str(target), full_page=True)
+            page.set_viewport_size({"width": DESKTOP, "height": 900})
+            set_theme(page, "dark")
+            page.screenshot(path=str(target.with_suffix("").with_suffix(".dark.png")),
+                            full_page=True)
+        report["errors"] = list(log.errors)
+        return report
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def audit(browser, site):
+    """``audit(doc)``: the page's report from ``audit_page``, computed once per module."""
+    reports = {}
+
+    def get(doc):
+        if doc not in reports:
+            reports[doc] = audit_page(browser, site, doc)
+        return reports[doc]
+
+    return get
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_nothing_scrolls_sideways_on_a_phone(audit, doc):
+    phone = audit(doc)["phone"]
+    assert phone["pageWidth"] <= phone["viewport"], (
+        f"{doc}: at {PHONE} px the page is {phone['pageWidth']} px wide: {phone['sticking']}")
+    assert not phone["sticking"], f"{doc}: at {PHONE} px, cut off or outside the screen: {phone['sticking']}"
+    assert not phone["wideMath"], (
+        f"{doc}: display equations wider than the column at {PHONE} px: {phone['wideMath']}")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_tables_figures_and_equations_fit_the_column(audit, doc):
+    desktop = audit(doc)["desktop"]
+    too_wide = desktop["wide"] + desktop["wideMath"]
+    assert not too_wide, f"{doc}: wider than the text column at {DESKTOP} px: {too_wide}"
+    assert not desktop["sticking"], f"{doc}: cut off at {DESKTOP} px: {desktop['sticking']}"
+    assert not desktop["scrolledOutputs"], (
+        f"{doc}: text outputs too wide for the column at {DESKTOP} px: {desktop['scrolledOutputs']}")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_table_headers_meet_contrast_aa(audit, doc):
+    for mode in ("light", "dark"):
+        poor = [c for c in audit(doc)[f"contrast_{mode}"] if c["ratio"] < 4.5]
+        assert not poor, f"{doc}: table headers below 4.5:1 in {mode} mode: {poor[:4]}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_object_reprs_in_outputs(audit, doc):
+    reprs = OBJECT_REPR.findall(audit(doc)["text"])
+    assert not reprs, f"{doc}: the page shows object reprs (a cell's stray last value?): {reprs}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_accessibility_violations(audit, doc):
+    if not AXE.is_file():
+        pytest.skip("axe-core is not installed: run `npm ci --ignore-scripts` (make test does)")
+    for mode in ("light", "dark"):
+        found = audit(doc)[f"axe_{mode}"]
+        assert not found, f"{doc}: axe-core finds WCAG 2 A/AA violations in {mode} mode: {found}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_one_search_box_and_a_favicon(audit, doc):
+    report = audit(doc)
+    assert len(report["search_boxes"]) == 1, f"{doc}: search boxes shown: {report['search_boxes']}"
+    favicon = report["favicon"]
+    assert favicon and favicon["ok"], f"{doc}: no favicon that loads: {favicon}"
+    assert not report["errors"], f"{doc}: console errors while audited: {report['errors']}"
+
+
+def test_search_results_quote_no_raw_tex(browser, site):
+    """The search page's snippets come from the pages' HTML, where formulas are still TeX."""
+    context, page, log = open_page(browser, f"{site}/search.html?q=rotation+frequency")
+    try:
+        page.wait_for_selector("#search-results ul.search li p.context", timeout=20_000)
+        page.wait_for_function("() => !document.querySelector('#search-progress')"
+                               " || !document.querySelector('#search-progress').textContent"
+                               ".includes('Preparing')", timeout=20_000)
+        snippets = page.locator("#search-results ul.search li p.context").all_inner_texts()
+        assert snippets, "the search found nothing for 'rotation frequency'"
+        raw = [s for s in snippets if RAW_TEX.search(s) or re.search(r"\\[A-Za-z]{2,}", s)]
+        assert not raw, f"search snippets with raw TeX: {raw[:3]}"
+        assert not log.errors, f"console errors on the search page: {log.errors}"
+    finally:
+        context.close()
