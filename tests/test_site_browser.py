@@ -2,8 +2,8 @@
 
 A local ``http.server`` on 127.0.0.1 serves ``_build/html``; every page of the table of
 contents must load with no console error and no failed request, fetch nothing from any other
-host, typeset its math (no raw TeX left), and show every image. One lab (a matplotlib
-``to_jshtml`` animation) must respond to its controls. Playwright never downloads a browser
+host, typeset its math (no raw TeX left), and show every image. Every lab (``transformer_ref.labs``) must
+respond to each of its controls. Playwright never downloads a browser
 here: it drives ``/usr/bin/chromium``.
 
 Every page is also audited once, in one browser tab that is switched between three states
