@@ -135,7 +135,8 @@ def header_paragraph(versions, packages):
     named = _sentence_list([f"{_label(name)} {versions[name]}" for name in stated])
     checked = _sentence_list([_label(name) for name in ["python", *packages]], "or")
     return (f"{HEADER_START} Your notebook is graded with {named}. The book's page *Run the "
-            "chapters yourself* installs exactly these versions (its `requirements-learner.txt`"
+            "chapters yourself* shows how to install exactly these versions from the files it "
+            "offers (`requirements-learner.txt`"
             + (" and `requirements-triton.lock`" if "triton" in packages else "")
             + f"). The set-up cell prints one line if your {checked} version differs from "
             "the grader's in its major or minor number.")
