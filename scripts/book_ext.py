@@ -105,8 +105,13 @@ def runnable_outside_the_book(notebook):
 
 
 def add_ipynb_download(app, pagename, templatename, context, doctree):
-    """``html-page-context`` handler; runs before the theme builds its buttons (priority 501)."""
-    if doctree is None or not context.get("sourcename", "").endswith((".md", ".md.txt")):
+    """``html-page-context`` handler; runs before the theme builds its buttons (priority 501).
+
+    Chapters only: ``run-yourself.md`` also executes (its commands are computed), but with
+    the course's own code, which a reader who downloaded it would not have.
+    """
+    if (doctree is None or not pagename.startswith("chapters/")
+            or not context.get("sourcename", "").endswith((".md", ".md.txt"))):
         return
     if executed_notebook(app, pagename) is not None:
         context["ipynb_source"] = f"{pagename}.ipynb"
