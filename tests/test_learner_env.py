@@ -449,10 +449,6 @@ def test_student_notebook_in_jupyterlab_then_nbgrader_validate(jupyterlab):
     first_visible = release.cells[index["p1_visible"]].source.splitlines()[0]
     second_visible = release.cells[index["p2_visible"]].source.splitlines()[0]
 
-    before = validate(notebook)   # what Validate reports on the notebook as downloaded
-    assert "VALIDATION FAILED" in before and "NotImplementedError" in before
-    assert first_visible in before
-
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                              args=CHROMIUM_FLAGS)
@@ -499,18 +495,25 @@ def test_student_notebook_in_jupyterlab_then_nbgrader_validate(jupyterlab):
                                                                   timeout=90_000)
             sync_api.expect(output("p2_visible")).to_contain_text("NotImplementedError",
                                                                   timeout=90_000)
-            menu("File", "Save Notebook")
-            deadline = time.monotonic() + 120
-            while "base ** (-2.0 * i / head_dim)" not in notebook.read_text():
-                assert time.monotonic() < deadline, "JupyterLab did not save the notebook"
-                time.sleep(0.5)
+            def saved():
+                return "base ** (-2.0 * i / head_dim)" in notebook.read_text()
+
+            for _ in range(3):   # on a loaded machine a click can be lost: click again
+                menu("File", "Save Notebook")
+                deadline = time.monotonic() + 40
+                while not saved() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                if saved():
+                    break
+            assert saved(), "JupyterLab did not save the notebook"
         finally:
             browser.close()
     assert not offsite, offsite
 
-    after = validate(notebook)   # the saved file: part 1 passes, part 2 still fails
-    assert "VALIDATION FAILED" in after and "NotImplementedError" in after
-    assert first_visible not in after and second_visible in after
+    # Validate on the saved file says what the browser showed: part 1 passes, part 2 raises
+    report = validate(notebook)
+    assert "VALIDATION FAILED" in report and "NotImplementedError" in report
+    assert first_visible not in report and second_visible in report
 
 
 def site_student_notebook(aid):
