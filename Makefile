@@ -8,6 +8,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-lock
 TRITON_STAMP := $(VENV)/.installed-triton
 NPM_STAMP := node_modules/.installed-lock
+WHEELHOUSE := $(VENV)/wheelhouse
+WHEELHOUSE_STAMP := $(WHEELHOUSE)/.requirements-learner.txt
 
 .PHONY: book test test-fast lint venv bench clean help
 
@@ -42,11 +44,20 @@ $(NPM_STAMP): package.json package-lock.json
 	else \
 	  echo "npm not found: the accessibility checks will skip (apt-get install nodejs npm)"; \
 	fi
+# The learner's packages (requirements-learner.txt, a complete list: --no-deps) as wheels, for
+# tests/test_learner_env.py, which installs a fresh venv from them and the site's downloads with
+# `pip install --no-index`: downloaded once here, again only when the file changes, never by a
+# test. The torch pin takes whichever build the index serves: put the CPU-only wheel within
+# pip's reach (e.g. PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu) to skip CUDA's GBs.
+$(WHEELHOUSE_STAMP): requirements-learner.txt $(STAMP)
+	$(BIN)/python -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
+		-r requirements-learner.txt -d $(WHEELHOUSE)
+	cp requirements-learner.txt $(WHEELHOUSE_STAMP)
 
 book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
-test: book $(TRITON_STAMP) $(NPM_STAMP)
+test: book $(TRITON_STAMP) $(NPM_STAMP) $(WHEELHOUSE_STAMP)
 	$(BIN)/python -m pytest
 
 # No book build, no browser, no end-to-end grading (the `slow` marker): under a minute and a half.

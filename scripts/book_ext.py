@@ -30,6 +30,14 @@
 5. The API reference (``api.md``) documents each name once. Both backends re-export the
    functions of ``transformer_ref.counts``; autodoc would list them under each backend as well
    as under ``counts``, so they are skipped in the backend sections.
+6. Runnable outside the course repository. A downloaded chapter imports ``glue`` from
+   MyST-NB, which only the book build needs: in the download, that import falls back to a
+   ``glue`` that just shows the value. The grader's versions reach the pages as MyST
+   substitutions (``{{ grader_python }}``, ``{{ grader_numpy }}``, ``{{ grader_torch }}``,
+   ``{{ grader_triton }}``, ``{{ wheel }}``) computed from the lock files by
+   ``autograder.environment``, never typed by hand. The top-level ``launch_buttons`` and
+   ``repository`` keys of ``_config.yml`` reach the theme (Jupyter Book would drop them,
+   because ``html_theme_options`` is given in full under ``sphinx: config:``).
 """
 
 import os
@@ -42,6 +50,7 @@ from pathlib import Path, PurePosixPath
 from tempfile import TemporaryDirectory
 
 import nbformat
+import yaml
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
 from jupyter_cache.cache.db import NbProjectRecord
@@ -75,17 +84,72 @@ def executed_notebook(app, pagename):
     return notebook
 
 
+MYST_NB_GLUE = "from myst_nb import glue"
+GLUE_OUTSIDE_THE_BOOK = """\
+try:
+    from myst_nb import glue  # the book build keeps glued values for the text
+except ModuleNotFoundError:  # in your own Jupyter, glue(name, value) only shows the value
+    def glue(name, variable, display=True):
+        if display:
+            from IPython.display import display as show
+            show(variable)"""
+
+
+def runnable_outside_the_book(notebook):
+    """``notebook`` with each ``from myst_nb import glue`` line replaced by a fallback."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.source = "\n".join(GLUE_OUTSIDE_THE_BOOK if line.strip() == MYST_NB_GLUE
+                                    else line for line in cell.source.split("\n"))
+    return notebook
+
+
 def add_ipynb_download(app, pagename, templatename, context, doctree):
-    """``html-page-context`` handler; runs before the theme builds its buttons (priority 501)."""
-    if doctree is None or not context.get("sourcename", "").endswith((".md", ".md.txt")):
+    """``html-page-context`` handler; runs before the theme builds its buttons (priority 501).
+
+    Chapters only: ``run-yourself.md`` also executes (its commands are computed), but with
+    the course's own code, which a reader who downloaded it would not have.
+    """
+    if (doctree is None or not pagename.startswith("chapters/")
+            or not context.get("sourcename", "").endswith((".md", ".md.txt"))):
+        return
+    if executed_notebook(app, pagename) is not None:
+        context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def write_ipynb_download(app, pagename, templatename, context, doctree):
+    """``html-page-context``, after the theme (whose launch buttons copy a notebook there too)."""
+    if doctree is None or context.get("ipynb_source") != f"{pagename}.ipynb":
         return
     notebook = executed_notebook(app, pagename)
-    if notebook is None:
-        return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(notebook, target)
-    context["ipynb_source"] = f"{pagename}.ipynb"
+    nbformat.write(runnable_outside_the_book(notebook), target)
+
+
+def grading_substitutions(app, config):
+    """``config-inited``: the grader's versions and the wheel's name as MyST substitutions."""
+    from autograder.environment import grading_versions, wheel_name
+
+    values = {f"grader_{name}": version for name, version in grading_versions().items()}
+    config.myst_substitutions = {**config.myst_substitutions, **values,
+                                 "wheel": wheel_name(app.srcdir)}
+
+
+def launch_button_settings(app, config):
+    """``config-inited``: ``launch_buttons`` and ``repository`` of ``_config.yml`` to the theme.
+
+    All empty by default: the theme then shows no launch button and the page loads nothing.
+    """
+    book = yaml.safe_load((Path(app.srcdir) / "_config.yml").read_text(encoding="utf-8"))
+    repository = book.get("repository") or {}
+    config.html_theme_options = {
+        **config.html_theme_options,
+        "launch_buttons": book.get("launch_buttons") or {},
+        "repository_url": repository.get("url") or "",
+        "path_to_docs": repository.get("path_to_book") or "",
+        "repository_branch": repository.get("branch") or "main",
+    }
 
 
 BIBLIOENTRY_ROLE = ' role="doc-biblioentry"'
@@ -251,6 +315,9 @@ def setup(app):
     app.connect("autodoc-process-docstring", note_documented_module)
     app.connect("autodoc-skip-member", skip_shared_members)
     app.connect("env-before-read-docs", execute_in_parallel)
+    app.connect("config-inited", grading_substitutions)
+    app.connect("config-inited", launch_button_settings)
     app.connect("html-page-context", add_ipynb_download, priority=400)
     app.connect("html-page-context", fix_aria, priority=400)
+    app.connect("html-page-context", write_ipynb_download, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

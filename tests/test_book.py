@@ -86,7 +86,7 @@ def test_every_toc_page_was_built():
     missing = [doc for doc in ALL_DOCS if not page(doc).is_file()]
     assert not missing, f"pages in _toc.yml without built HTML: {missing}"
     assert set(TOC) == {None, "Chapters", "Exercises", "Reference"}
-    assert TOC["Reference"] == ["glossary", "bibliography", "api"]
+    assert TOC["Reference"] == ["run-yourself", "glossary", "bibliography", "api"]
 
 
 def test_no_notebook_failed_to_execute():
