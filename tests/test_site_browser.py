@@ -331,8 +331,9 @@ SEARCH_BOXES_JS = """() => [...document.querySelectorAll(
   .filter(el => el.checkVisibility({visibilityProperty: true, opacityProperty: true}))
   .map(el => el.outerHTML.slice(0, 80))"""
 
-# Every image of a cell output: the width the page shows it at and the width of the PNG itself.
-FIGURE_SCALE_JS = """() => [...document.querySelectorAll('article .cell_output img')].map(img => {
+# Every image a cell made (myst-nb writes them to _images/; a glued figure's <img> sits in its
+# <figure>, not in a cell output): the width the page shows it at and the width of the PNG.
+FIGURE_SCALE_JS = """() => [...document.querySelectorAll('article img[src*="_images/"]')].map(img => {
   const figure = img.closest('figure');
   return {where: (figure && figure.id) || img.getAttribute('src'),
           shown: img.getBoundingClientRect().width, natural: img.naturalWidth};
@@ -441,7 +442,8 @@ def figure_text_px(shown, natural):
 
 def test_figure_text_px_scales_with_the_shown_width():
     assert figure_text_px(100, 100) == pytest.approx(10.5 / 72 * 110)   # 16.0 px at full size
-    assert figure_text_px(730, 8.5 * 110) == pytest.approx(12.3, abs=0.05)  # 8.5 in, 730 px column
+    assert figure_text_px(672, 8 * 110) == pytest.approx(12.25, abs=0.01)   # 8 in, 672 px column
+    assert figure_text_px(672, 8.5 * 110) < MIN_TEXT_PX                       # 8.5 in is too wide
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
@@ -452,6 +454,8 @@ def test_figure_text_is_at_least_9_pt_as_shown(audit, doc):
     or changes its dpi, so the style's smallest size, scaled as the page shows the PNG, is
     the smallest text on the page."""
     figures = audit(doc)["figures"]
+    made = (HTML / f"{doc}.html").read_text(encoding="utf-8").count('src="../_images/')
+    assert len(figures) == made, f"{doc}: {len(figures)} of the {made} cell-made images measured"
     small = [f"{f['where']}: {figure_text_px(f['shown'], f['natural']):.1f} px "
              f"({f['natural']} px PNG shown {f['shown']:.0f} px)"
              for f in figures if figure_text_px(f["shown"], f["natural"]) < MIN_TEXT_PX]

@@ -46,8 +46,8 @@ def use_book_style():
             "grid.alpha": 0.3,
             "axes.spines.top": False,
             "axes.spines.right": False,
-            # Sizes for figures up to ~8.5 in wide, which the 1280 px page shows ~690 px wide:
-            # legends and tick labels then render at about 9 pt or more.
+            # Sizes for figures up to 8 in wide (880 px at 110 dpi), which the 1280 px page shows
+            # in its 672 px column: legends and tick labels then render at 9 pt (12 px) or more.
             "axes.titlesize": 12,
             "axes.titleweight": "bold",
             "axes.labelsize": 11.5,
