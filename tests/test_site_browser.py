@@ -9,7 +9,8 @@ here: it drives ``/usr/bin/chromium``.
 Every page is also audited once, in one browser tab that is switched between three states
 (1280 px light, 1280 px dark, 390 px light): nothing scrolls sideways on a phone outside a
 scroll container and nothing is cut off at the right; every table, image, SVG and display
-equation fits its column at 1280 px, and every display equation at 390 px too; table
+equation fits its column at 1280 px, and every display equation at 390 px too; every figure's
+smallest text is at least 9 pt as shown at 1280 px; table
 headers meet WCAG AA contrast in light and dark mode; no output shows an object repr
 (``<... at 0x...>``); axe-core (``node_modules``, pinned in ``package-lock.json``) finds no
 WCAG 2.0/2.1 A or AA violation in light or dark mode; every page has a favicon and exactly
@@ -26,8 +27,11 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import matplotlib.pyplot as plt
 import pytest
 import yaml
+
+from transformer_ref.plotting import smallest_text_pt, use_book_style
 
 pytestmark = pytest.mark.browser
 
@@ -200,6 +204,7 @@ def test_a_lab_responds_to_its_controls(browser, site):
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 DESKTOP, PHONE = 1280, 390
+MIN_TEXT_PX = 12     # 9 pt: the smallest figure text a reader should have to read
 OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]*(?: object)? at 0x[0-9a-fA-F]+>")
 
 # Elements of the article that stick out of the column or of the screen. An element inside a
@@ -326,6 +331,14 @@ SEARCH_BOXES_JS = """() => [...document.querySelectorAll(
   .filter(el => el.checkVisibility({visibilityProperty: true, opacityProperty: true}))
   .map(el => el.outerHTML.slice(0, 80))"""
 
+# Every image a cell made (myst-nb writes them to _images/; a glued figure's <img> sits in its
+# <figure>, not in a cell output): the width the page shows it at and the width of the PNG.
+FIGURE_SCALE_JS = """() => [...document.querySelectorAll('article img[src*="_images/"]')].map(img => {
+  const figure = img.closest('figure');
+  return {where: (figure && figure.id) || img.getAttribute('src'),
+          shown: img.getBoundingClientRect().width, natural: img.naturalWidth};
+})"""
+
 FAVICON_JS = """async () => {
   const link = document.querySelector('link[rel~="icon"]');
   if (!link) return null;
@@ -354,6 +367,7 @@ def audit_page(browser, site, doc):
     context, page, log = open_page(browser, f"{site}/{doc}.html", width=DESKTOP)
     try:
         report = {"desktop": page.evaluate(OVERFLOW_JS),
+                  "figures": page.evaluate(FIGURE_SCALE_JS),
                   "text": page.evaluate(
                       "() => (document.querySelector('article') || document.body).innerText"),
                   "search_boxes": page.evaluate(SEARCH_BOXES_JS),
@@ -414,6 +428,38 @@ def test_tables_figures_and_equations_fit_the_column(audit, doc):
     assert not desktop["sticking"], f"{doc}: cut off at {DESKTOP} px: {desktop['sticking']}"
     assert not desktop["scrolledOutputs"], (
         f"{doc}: text outputs too wide for the column at {DESKTOP} px: {desktop['scrolledOutputs']}")
+
+
+def figure_text_px(shown, natural):
+    """CSS px of a figure's smallest text (the book style's, ``smallest_text_pt``) when its PNG,
+    ``natural`` px wide at the style's dpi, is shown ``shown`` CSS px wide."""
+    with plt.rc_context():
+        use_book_style()
+        dpi = plt.rcParams["savefig.dpi"]
+        assert dpi == plt.rcParams["figure.dpi"], "inline figures use figure.dpi, saved ones savefig.dpi"
+    return smallest_text_pt() / 72 * dpi * shown / natural
+
+
+def test_figure_text_px_scales_with_the_shown_width():
+    assert figure_text_px(100, 100) == pytest.approx(10.5 / 72 * 110)   # 16.0 px at full size
+    assert figure_text_px(672, 8 * 110) == pytest.approx(12.25, abs=0.01)   # 8 in, 672 px column
+    assert figure_text_px(672, 8.5 * 110) < MIN_TEXT_PX                       # 8.5 in is too wide
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_figure_text_is_at_least_9_pt_as_shown(audit, doc):
+    """At 1280 px every figure's smallest text renders at 12 CSS px (9 pt) or more.
+
+    ``test_plotting.py`` checks that no figure sets its text below the book style's sizes
+    or changes its dpi, so the style's smallest size, scaled as the page shows the PNG, is
+    the smallest text on the page."""
+    figures = audit(doc)["figures"]
+    made = (HTML / f"{doc}.html").read_text(encoding="utf-8").count('src="../_images/')
+    assert len(figures) == made, f"{doc}: {len(figures)} of the {made} cell-made images measured"
+    small = [f"{f['where']}: {figure_text_px(f['shown'], f['natural']):.1f} px "
+             f"({f['natural']} px PNG shown {f['shown']:.0f} px)"
+             for f in figures if figure_text_px(f["shown"], f["natural"]) < MIN_TEXT_PX]
+    assert not small, f"{doc}: figure text below {MIN_TEXT_PX} px (9 pt) at {DESKTOP} px: {small}"
 
 
 @pytest.mark.parametrize("doc", DOCS)

@@ -16,7 +16,7 @@ if "ipykernel" not in sys.modules:
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style"]
+__all__ = ["OKABE_ITO", "CMAP", "CMAP_DIVERGING", "use_book_style", "smallest_text_pt"]
 
 #: Okabe & Ito (2008), distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = [
@@ -46,8 +46,8 @@ def use_book_style():
             "grid.alpha": 0.3,
             "axes.spines.top": False,
             "axes.spines.right": False,
-            # Sizes for figures up to ~8.5 in wide, which the 1280 px page shows ~690 px wide:
-            # legends and tick labels then render at about 9 pt or more.
+            # Sizes for figures up to 8 in wide (880 px at 110 dpi), which the 1280 px page shows
+            # in its 672 px column: legends and tick labels then render at 9 pt (12 px) or more.
             "axes.titlesize": 12,
             "axes.titleweight": "bold",
             "axes.labelsize": 11.5,
@@ -60,6 +60,25 @@ def use_book_style():
     )
 
 
+#: the rc keys that size a figure's text; a chapter sets no text size of its own below them
+TEXT_SIZE_KEYS = ("font.size", "axes.titlesize", "axes.labelsize", "xtick.labelsize",
+                  "ytick.labelsize", "legend.fontsize", "legend.title_fontsize", "figure.titlesize")
+
+
+def smallest_text_pt():
+    """The smallest text size, in points, that the book style gives any figure text (a float).
+
+    Named sizes (``"large"``) are resolved against ``font.size``; the rc is left as it was.
+    """
+    from matplotlib.font_manager import FontProperties
+
+    with plt.rc_context():
+        use_book_style()
+        sizes = [plt.rcParams[key] for key in TEXT_SIZE_KEYS]
+        sizes = [plt.rcParams["legend.fontsize"] if s is None else s for s in sizes]
+        return min(FontProperties(size=s).get_size_in_points() for s in sizes)
+
+
 # --- helpers for chapters 4-6 (transformer block, families, FlashAttention) -------------------
 
 def _box(ax, center, text, color, width, height):
@@ -70,7 +89,7 @@ def _box(ax, center, text, color, width, height):
     ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
                                 boxstyle="round,pad=0.02,rounding_size=0.12",
                                 facecolor=color + "40", edgecolor=color, linewidth=1.6))
-    ax.text(x, y, text, ha="center", va="center", fontsize=9)
+    ax.text(x, y, text, ha="center", va="center")
 
 
 def _path(ax, points, *, arrow=True):
@@ -104,7 +123,7 @@ def draw_block_diagram(ax, norm_position="pre", sublayers=None, *, norm_label="L
         sublayers = [("Multi-head\nself-attention", OKABE_ITO[0]), ("Feed-forward\nnetwork", OKABE_ITO[2])]
     norm_color = OKABE_ITO[1]
     y = 0.0
-    ax.text(0, y - 0.35, "input  $x$  $(T \\times C)$", ha="center", va="top", fontsize=9)
+    ax.text(0, y - 0.35, "input  $x$  $(T \\times C)$", ha="center", va="top")
     for label, color in sublayers:
         branch = y + 0.5
         plus = y + 2.5
@@ -127,7 +146,7 @@ def draw_block_diagram(ax, norm_position="pre", sublayers=None, *, norm_label="L
             _box(ax, (0, y + 0.47), norm_label, norm_color, 1.7, 0.44)
             y += 0.69
     _path(ax, [(0, y), (0, y + 0.5)])
-    ax.text(0, y + 0.6, "output  $(T \\times C)$", ha="center", va="bottom", fontsize=9)
+    ax.text(0, y + 0.6, "output  $(T \\times C)$", ha="center", va="bottom")
     ax.set_xlim(-1.3, 3.3)
     ax.set_ylim(-1.0, y + 1.2)
     ax.set_aspect("equal")
