@@ -25,7 +25,7 @@ scheduler picks. A score never depends on where it was graded.
   :func:`autograder.local_servers.grading_cluster_env`) and is recorded as an error, and
   the class goes on.
 * Tasks are submitted longest-expected-first (the last run's time of each student; Dask's
-  work stealing evens out the rest), at most a few per worker thread at a time, so a class
+  work stealing evens out the rest), one per worker thread at a time, so a class
   of 60,000 notebooks never sits in the scheduler's memory at once.
 """
 
@@ -45,7 +45,11 @@ from .nbgrader_config import SUBMITTED, prepare_nbgrader
 from .results import ERROR, StudentResult
 
 CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
-IN_FLIGHT_PER_THREAD = 2
+# Tasks the cluster holds at once, per worker thread. One: a worker then holds only the
+# submission it grades. A second task waiting on the same worker would count as "suspicious"
+# when that worker dies, so an honest submission queued behind two worker-killing ones would
+# be failed for them (allowed-failures 1).
+IN_FLIGHT_PER_THREAD = 1
 
 
 class ClusterError(Exception):
@@ -96,7 +100,9 @@ class GradingPlugin(WorkerPlugin):
 
         if _GRADING.acquire(blocking=False):  # never wait here: this is the worker's event loop
             try:
-                if _State.run is None:  # no other run's kernel is waiting in this process
+                # no other live run's kernel waits in this process (a run whose teardown found
+                # the lock taken, by a cancelled task still finishing, has left its name behind)
+                if _State.run is None or _State.run not in getattr(worker, "plugins", {}):
                     self.enter()
                     _launch_spare(self.config())
             finally:
