@@ -186,7 +186,10 @@ def stamp_notebook(nb, versions=None):
 
 
 def source_notebooks(root=ROOT):
-    return sorted(Path(root).glob("solutions/*/*.ipynb"))
+    """The nbgrader source notebook of every registered assignment."""
+    from .assignments import ASSIGNMENTS
+
+    return [Path(root) / "solutions" / aid / f"{aid}.ipynb" for aid in ASSIGNMENTS]
 
 
 def out_of_date(root=ROOT, write=False):
