@@ -268,22 +268,27 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
     pending = sorted(students, key=lambda s: (-expected.get(s, 0.0), s))
     window = IN_FLIGHT_PER_THREAD * worker_threads(client)
     running = {}  # future -> (student, submitted at)
+
+    def fill_window():
+        while pending and len(running) < window:
+            student = pending.pop(0)
+            future = client.submit(grade_task, plugin.name, student,
+                                   handed_in(settings.root, settings.assignment, student),
+                                   key=f"grade-{settings.run_id}-{student}", pure=False,
+                                   retries=0)
+            running[future] = (student, monotonic())
+
     try:
         while pending or running:
-            while pending and len(running) < window:
-                student = pending.pop(0)
-                future = client.submit(grade_task, plugin.name, student,
-                                       handed_in(settings.root, settings.assignment, student),
-                                       key=f"grade-{settings.run_id}-{student}", pure=False,
-                                       retries=0)
-                running[future] = (student, monotonic())
+            fill_window()
             try:
                 with client.as_current():
                     done = wait(list(running), timeout=1.0, return_when="FIRST_COMPLETED").done
             except TimeoutError:
                 done = ()
-            for future in done:
-                student, since = running.pop(future)
+            finished = [(future, *running.pop(future)) for future in done]
+            fill_window()  # the freed threads get their next submission before the client records
+            for future, student, since in finished:
                 on_result(collect(future, student, monotonic() - since))
             for future, (student, since) in list(running.items()):
                 if monotonic() - since > watchdog:

@@ -148,11 +148,7 @@ def run_pool(settings, students, jobs, watchdog, on_result):
         for w in workers:
             w.student, w.started = pending.popleft(), monotonic()
             w.conn.send(w.student)
-        while pending or any(w.student for w in workers):
-            for w in workers:
-                if w.student is None and pending:
-                    w.student, w.started = pending.popleft(), monotonic()
-                    w.conn.send(w.student)
+        while any(w.student for w in workers):
             busy = [w for w in workers if w.student]
             wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=1.0)
             for i, w in enumerate(workers):
@@ -172,12 +168,14 @@ def run_pool(settings, students, jobs, watchdog, on_result):
                     result = failed(w.student, f"gave up after {elapsed:.0f} s", elapsed)
                 if result is None:
                     continue
-                if received:
-                    w.student = None
-                else:  # dead or stuck: replace it
+                if not received:  # dead or stuck: replace it
                     w.kill()
-                    workers[i] = Worker(settings, next_index)
+                    w = workers[i] = Worker(settings, next_index)
                     next_index += 1
+                w.student = None
+                if pending:  # the worker's next student first, then the parent records
+                    w.student, w.started = pending.popleft(), monotonic()
+                    w.conn.send(w.student)
                 on_result(result)
     except BaseException:
         for w in workers:

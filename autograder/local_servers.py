@@ -186,7 +186,10 @@ def grading_cluster_env():
     * ``worker-saturation 1.0``: a worker holds only the task it runs (the scheduler queues
       the rest), so a worker that dies is blamed for one submission, not for a queued one;
     * memory management off: a worker's memory is the grader's, whose kernels are capped
-      by their own cgroups, so Dask must not pause or restart a worker for it.
+      by their own cgroups, so Dask must not pause or restart a worker for it;
+    * the workers' statistical profiler off: it samples every thread's stack every 10 ms,
+      which made each submission's grading 7 % slower than in a local worker
+      (``benchmarks/bench_grading.py``).
     """
     return {
         "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
@@ -195,4 +198,5 @@ def grading_cluster_env():
         "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL": "False",
         "DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "False",
         "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE": "False",
+        "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
     }
