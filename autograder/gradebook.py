@@ -9,7 +9,8 @@
   for a URL that cannot be one (a missing folder, a file that is not a database, a
   PostgreSQL server that cannot be reached);
 * :func:`writing` and :func:`advisory_lock`: with a PostgreSQL gradebook, runs on
-  several hosts serialize their writes, and a run holds its assignment, through
+  several hosts serialize the writes that may meet (students, the assignment, the late
+  policy; a result's own rows need not wait), and a run holds its assignment, through
   PostgreSQL advisory locks (an SQLite gradebook is one file on one machine: the
   course lock of :mod:`autograder.driver` serializes its runs).
 
@@ -87,8 +88,10 @@ def open_gradebook(db_url):
     keeps the SQLAlchemy engine; later opens of the same gradebook are a new session on
     that engine (:func:`_reopened`). A class run records result after result: a new engine
     each time would compile every statement of nbgrader's ORM again, most of a record's cost.
-    No connection stays open between opens (the pool is emptied at the end of each), so a
-    process may fork with nothing of the gradebook's open.
+    An SQLite gradebook keeps no connection open between opens (its pool is emptied at the
+    end of each). A PostgreSQL one keeps one, checked before each use, since a new server
+    session per result cost a third of a record; a child forked while it is open leaves it
+    to its parent (:func:`_forget_engines`).
     """
     import sqlalchemy.exc
     from nbgrader.api import Gradebook
@@ -109,6 +112,10 @@ def open_gradebook(db_url):
                 gb = Gradebook(db_url)
                 if is_postgres(db_url):
                     _course_row(gb)
+                    gb.db.remove()
+                    gb.engine.dispose()
+                    gb = _reopened(sqlalchemy.create_engine(db_url, future=True, pool_size=1,
+                                                            pool_pre_ping=True))
                 if key is not None:
                     _ENGINES[key] = gb.engine
         except sqlalchemy.exc.SQLAlchemyError as error:
@@ -117,11 +124,21 @@ def open_gradebook(db_url):
             yield gb
         finally:
             gb.db.remove()
-            gb.engine.dispose()  # connections closed; the engine and its statement cache stay
+            if not is_postgres(db_url) or key not in _ENGINES:
+                gb.engine.dispose()  # connections closed; the engine and its statement cache stay
 
 
 _ENGINES = {}  # _engine_key(url) -> engine of a gradebook this process has opened
-os.register_at_fork(after_in_child=_ENGINES.clear)
+
+
+def _forget_engines():
+    """In a forked child: drop the parent's engines without touching their connections."""
+    for engine in _ENGINES.values():
+        engine.dispose(close=False)
+    _ENGINES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_engines)
 
 
 def _engine_key(db_url):
@@ -206,7 +223,10 @@ def writing(db_url):
     nbgrader creates a student or a submission row by "look it up, else insert": two runs
     on different assignments that record the same new student at once would both insert.
     """
-    return advisory_lock(db_url, "autograder:write") if is_postgres(db_url) else nullcontext()
+    return advisory_lock(db_url, WRITE_LOCK) if is_postgres(db_url) else nullcontext()
+
+
+WRITE_LOCK = "autograder:write"
 
 
 def read_scores(db_url, assignment, student):
@@ -233,29 +253,97 @@ def record(db_url, assignment, result):
     manual scores stay, and a cell that has one is marked for manual review again
     (nbgrader's own rule after an autograde). A submission that could not be
     graded (status other than ``ok``) scores 0 in every cell.
-    """
-    from nbgrader.api import MissingEntry
 
-    with writing(db_url), open_gradebook(db_url) as gb:
-        gb.update_or_create_student(result.student)
-        extra = {"timestamp": result.timestamp} if result.timestamp else {}
-        sub = gb.update_or_create_submission(assignment, result.student, **extra)
+    One client records a whole class, so this is its hot path: the submission comes
+    with its notebooks, grades, comments and their cells in four queries
+    (:func:`_submission`), not one lazy load per cell; a new one is written in the same
+    transaction as its scores (on SQLite one commit in all, not nbgrader's three); and
+    only the student row is written under the gradebook's write lock (:func:`_student_row`).
+    """
+    from nbgrader import utils
+
+    with open_gradebook(db_url) as gb:
+        _student_row(gb, db_url, result.student)
+        sub = _submission(gb, assignment, result.student)
+        if sub is None:
+            _add_submission(gb, assignment, result.student)
+            sub = _submission(gb, assignment, result.student)
+        if result.timestamp:
+            sub.timestamp = utils.parse_utc(result.timestamp)
         graded = {nb.name: nb for nb in result.notebooks}
         for notebook in sub.notebooks:
-            data = graded.get(notebook.name)
+            data = graded.get(notebook.notebook.name)
             scores = {g.name: g.auto_score for g in data.grades} if data else {}
             if data:
                 notebook.late_submission_penalty = data.late_penalty
             for grade in notebook.grades:
-                auto = 0.0 if result.status != OK else scores.get(grade.name, 0.0)
+                auto = 0.0 if result.status != OK else scores.get(grade.cell.name, 0.0)
                 grade.auto_score = auto
                 grade.needs_manual_grade = grade.manual_score is not None or auto is None
             comments = dict(data.comments) if data else {}
             for comment in notebook.comments:
-                comment.auto_comment = comments.get(comment.name)
+                comment.auto_comment = comments.get(comment.cell.name)
         gb.db.commit()
-        try:
-            sub = gb.find_submission(assignment, result.student)
-        except MissingEntry:  # pragma: no cover - just created
-            return 0.0, 0.0, False
-        return sub.score, sub.max_score, bool(sub.needs_manual_grade)
+        return sub.score, sub.max_score, bool(sub.needs_manual_grade)  # one query: their sums
+
+
+def _student_row(gb, db_url, student):
+    """Make sure ``student`` has a row.
+
+    Runs of different assignments record at once into one PostgreSQL gradebook, and two
+    of them may meet the same new student: there this looks the student up and inserts it
+    holding the write lock of :func:`writing` for one transaction of its own (the server
+    releases the lock at its commit); the rest of a record touches only the run's own
+    assignment. An SQLite gradebook has one writer: the row joins the record's transaction.
+    """
+    from nbgrader.api import Student
+    from sqlalchemy import text
+
+    postgres = is_postgres(db_url)
+    if postgres:
+        gb.db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key(WRITE_LOCK)})
+    if gb.db.get(Student, student) is None:
+        gb.db.add(Student(id=student))
+    if postgres:
+        gb.db.commit()
+
+
+def _add_submission(gb, assignment, student):
+    """Add ``student``'s submission of ``assignment``, uncommitted.
+
+    The rows nbgrader's ``Gradebook.add_submission`` makes (a notebook per notebook of the
+    assignment, a grade per grade cell, a comment per solution cell, both per task cell),
+    without its commit, so that a new submission and its scores are one transaction.
+    """
+    from nbgrader.api import Assignment, Comment, Grade, Notebook, SubmittedAssignment, SubmittedNotebook
+    from sqlalchemy.orm import selectinload
+
+    master = (gb.db.query(Assignment).filter(Assignment.name == assignment)
+              .options(selectinload(Assignment.notebooks).selectinload(Notebook._base_cells))
+              .one())  # a notebook's grade, solution and task cells are views of its cells
+    sub = SubmittedAssignment(assignment=master, student_id=student)
+    for notebook in master.notebooks:
+        nb = SubmittedNotebook(notebook=notebook, assignment=sub)
+        for cell in notebook.grade_cells:
+            Grade(cell_id=cell.id, notebook=nb)
+        for cell in notebook.solution_cells:
+            Comment(cell_id=cell.id, notebook=nb)
+        for cell in notebook.task_cells:
+            Comment(cell_id=cell.id, notebook=nb)
+            Grade(cell_id=cell.id, notebook=nb)
+    gb.db.add(sub)
+    gb.db.flush()
+
+
+def _submission(gb, assignment, student):
+    """``student``'s submission of ``assignment`` with everything :func:`record` sets, or None."""
+    from nbgrader.api import Assignment, Comment, Grade, SubmittedAssignment, SubmittedNotebook
+    from sqlalchemy.orm import joinedload, selectinload
+
+    notebooks = selectinload(SubmittedAssignment.notebooks)
+    return (gb.db.query(SubmittedAssignment).join(Assignment)
+            .filter(Assignment.name == assignment, SubmittedAssignment.student_id == student)
+            .options(notebooks.joinedload(SubmittedNotebook.notebook),
+                     notebooks.selectinload(SubmittedNotebook.grades).joinedload(Grade.cell),
+                     notebooks.selectinload(SubmittedNotebook.comments).joinedload(Comment.cell))
+            .one_or_none())

@@ -7,19 +7,23 @@ workers grade. This grades one submission of the fixture course, then records th
 again under N fresh student ids into a new SQLite gradebook and into a PostgreSQL gradebook
 on a throwaway local server (Debian's ``postgresql``; skipped with a hint when absent),
 and prints the median and 95th percentile per result and the results per second that one
-client can record.
+client can record; then the results per second of ``--runs`` clients recording different
+assignments of one PostgreSQL gradebook at once (runs of different assignments do not
+wait for each other, except to create a student both meet).
 
-Usage: python benchmarks/bench_recording.py [-n 300]
+Usage: python benchmarks/bench_recording.py [-n 300] [--runs 2]
 The PostgreSQL server runs with fsync off (a test server): a production server that syncs
 its log on every commit is slower per row; measure yours with ``--db-url``.
 """
 
 import argparse
+import multiprocessing
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,18 +60,36 @@ def as_student(result, student):
     return replace(result, student=student, files=files)
 
 
-def record_many(root, db_url, result, n):
+def record_many(root, db_url, result, n, assignment=ASSIGNMENT):
     """Seconds per :func:`keep` of ``n`` fresh students into the gradebook at ``db_url``."""
     with writing(db_url), open_gradebook(db_url):  # made ready as ``grade`` makes it
         pass
-    generate(ASSIGNMENT, root, release_dir=Path(tempfile.mkdtemp(dir=root)), db_url=db_url)
+    if assignment != ASSIGNMENT and not (root / "solutions" / assignment).exists():
+        shutil.copytree(root / "solutions" / ASSIGNMENT, root / "solutions" / assignment)
+    with writing(db_url):
+        generate(assignment, root, release_dir=Path(tempfile.mkdtemp(dir=root)), db_url=db_url)
     times = []
     for i in range(n):
         student = as_student(result, f"s{i:05d}")
         start = time.perf_counter()
-        keep(root, db_url, ASSIGNMENT, student)
+        keep(root, db_url, assignment, student)
         times.append(time.perf_counter() - start)
     return times
+
+
+def record_at_once(root, db_url, result, n, runs):
+    """Results per second of ``runs`` clients recording different assignments at once.
+
+    Each client is a process of its own, as the ``grade`` runs of different assignments
+    are; all of them record the same ``n`` students, so every new student is met by
+    every run (the write lock's case).
+    """
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(runs, mp_context=context) as pool:
+        start = time.perf_counter()
+        list(pool.map(record_many, [root] * runs, [db_url] * runs, [result] * runs, [n] * runs,
+                      [f"{ASSIGNMENT}{k}" for k in range(runs)]))
+        return runs * n / (time.perf_counter() - start)
 
 
 def line(name, times):
@@ -79,6 +101,8 @@ def line(name, times):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=300, help="results recorded per gradebook")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="clients recording different assignments at once (default 2)")
     parser.add_argument("--db-url", default=None, help="also time this (empty) gradebook")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-recording-") as tmp:
@@ -93,6 +117,10 @@ def main():
         else:
             with postgres_server("bench_recording") as url:
                 line("PostgreSQL (local, fsync off)", record_many(root, url, result, args.n))
+            with postgres_server("bench_recording") as url:
+                rate = record_at_once(root, url, result, args.n, args.runs)
+                print(f"PostgreSQL, {args.runs} runs of different assignments at once: "
+                      f"{rate:.0f} results/s in all")
         if args.db_url:
             line(args.db_url.split("@")[-1], record_many(root, args.db_url, result, args.n))
 

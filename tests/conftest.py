@@ -3,6 +3,8 @@
 * ``rng``: a seeded NumPy generator, so every test sees the same random data;
 * ``devices``: the torch devices to test on (``"cpu"``, plus ``"cuda"`` when present);
 * ``device``: one test per device (session-scoped, so hypothesis tests may use it);
+* ``postgres``: a throwaway PostgreSQL server for a module; ``postgres(name)`` makes a
+  fresh database on it and returns its URL (skipped with an install hint without one);
 * a hypothesis profile with few examples and no deadline, to keep the suite fast.
 """
 
@@ -60,3 +62,21 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server for this module; ``postgres(name)`` makes a fresh database's URL."""
+    from autograder.local_servers import POSTGRES_HINT, postgres_bin, postgres_server
+
+    if postgres_bin() is None:
+        pytest.skip(POSTGRES_HINT)
+    psycopg = pytest.importorskip("psycopg", reason="psycopg missing: run `make venv`")
+    with postgres_server("postgres_admin") as url:
+        base = url.rsplit("/", 1)[0]
+
+        def database(name):
+            with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            return f"{base}/{name}"
+        yield database

@@ -32,8 +32,7 @@ import pytest
 
 from autograder.driver import expected_seconds, grade
 from autograder.gradebook import advisory_lock, engine_url, libpq_url
-from autograder.local_servers import (DASK_HINT, POSTGRES_HINT, dask_cluster, free_port,
-                                      postgres_bin, postgres_server)
+from autograder.local_servers import DASK_HINT, POSTGRES_HINT, dask_cluster, free_port, postgres_bin
 from autograder.release import generate
 from autograder.sandbox import unavailable_reason
 from test_grading_e2e import (EXIT, FIXTURE, FLOOD, FORKBOMB, HANG, LIMITS, LOOP, MEMORY, Class,
@@ -47,19 +46,6 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(postgres_bin() is None, reason=POSTGRES_HINT)]
 distributed = pytest.importorskip("distributed", reason=DASK_HINT)
 psycopg = pytest.importorskip("psycopg", reason=DASK_HINT)
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A PostgreSQL server for this module; ``postgres(name)`` makes a fresh database's URL."""
-    with postgres_server("postgres_admin") as url:
-        base = url.rsplit("/", 1)[0]
-
-        def database(name):
-            with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            return f"{base}/{name}"
-        yield database
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ submission scores 0 in every cell; a URL that cannot be a gradebook is one line.
 """
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,88 @@ def test_a_url_that_cannot_be_a_gradebook_is_one_line(tmp_path):
     with pytest.raises(gradebook.GradebookError, match="not an SQLite database"):
         gradebook.check_url(f"sqlite:///{tmp_path / 'notes.txt'}")
     assert not (tmp_path / "missing").exists()
+
+
+def submission_rows(db_url, student):
+    """(notebook, grade cells, comment cells) of each notebook of ``student``'s toy submission."""
+    with gradebook.open_gradebook(db_url) as gb:
+        sub = gb.find_submission("toy", student)
+        return [(nb.name, sorted(g.name for g in nb.grades), sorted(c.name for c in nb.comments))
+                for nb in sub.notebooks]
+
+
+def test_a_new_submission_has_the_rows_nbgrader_makes(db):
+    gradebook.record(db, "toy", result())
+    with gradebook.open_gradebook(db) as gb:  # nbgrader's own way, for a second student
+        gb.update_or_create_student("grace")
+        gb.add_submission("toy", "grace")
+    assert submission_rows(db, "ada") == submission_rows(db, "grace")
+    [(name, grades, comments)] = submission_rows(db, "ada")
+    assert name == "toy" and len(grades) == 5 and "why" in comments
+
+
+# -- a PostgreSQL gradebook: one kept session, the write lock, forks ----------------------------
+def backends(url):
+    """Process ids of the server sessions on ``url``'s database, other than the asking one."""
+    import psycopg
+
+    with psycopg.connect(gradebook.libpq_url(url), autocommit=True) as conn:
+        return sorted(r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"))
+
+
+@pytest.fixture()
+def pg(tmp_path, postgres):
+    url = postgres(f"gradebook_{tmp_path.name[-12:].replace('-', '_').lower()}")
+    with gradebook.open_gradebook(url):  # made ready as ``grade`` makes it
+        pass
+    shutil.copytree(FIXTURE / "solutions", tmp_path / "solutions")
+    generate("toy", tmp_path, release_dir=tmp_path / "release" / "toy", db_url=url)
+    return url
+
+
+def test_postgres_records_keep_one_session_that_a_fork_leaves_alone(pg):
+    import gc
+    import os
+
+    assert gradebook.record(pg, "toy", result("ada")) == (4.0, 7.0, True)
+    [session] = backends(pg)
+    gradebook.record(pg, "toy", result("grace"))
+    assert backends(pg) == [session]  # the same server session, not one per result
+    child = os.fork()
+    if child == 0:  # what a forked grading worker does with the parent's gradebook: nothing
+        gradebook._ENGINES.clear()
+        gc.collect()
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    time.sleep(0.2)
+    assert backends(pg) == [session]  # the child did not end the parent's session
+    gradebook.record(pg, "toy", result("alan"))
+    assert backends(pg) == [session]
+
+
+def test_postgres_record_reconnects_after_the_server_ends_its_session(pg):
+    import psycopg
+
+    gradebook.record(pg, "toy", result("ada"))
+    [session] = backends(pg)
+    with psycopg.connect(gradebook.libpq_url(pg), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (session,))
+    time.sleep(0.2)
+    assert gradebook.record(pg, "toy", result("grace", add=0.0)) == (3.0, 7.0, True)
+    assert backends(pg) not in ([], [session])
+
+
+def test_postgres_new_students_wait_for_the_write_lock(pg):
+    import threading
+
+    gradebook.record(pg, "toy", result("ada"))
+    done = []
+    with gradebook.writing(pg):  # another run creating students, say from its roster
+        thread = threading.Thread(target=lambda: done.append(gradebook.record(pg, "toy", result("grace"))))
+        thread.start()
+        thread.join(1.5)
+        assert thread.is_alive() and not done
+    thread.join(30)
+    assert done == [(4.0, 7.0, True)]
