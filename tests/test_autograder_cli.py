@@ -146,3 +146,14 @@ def test_grade_feedback_export_round_trip(course, tmp_path):
         exported = {r["student_id"]: r for r in csv.DictReader(f)}
     assert float(exported["ada"]["score"]) == 6.0 and float(exported["bob"]["score"]) == 0.0
     assert exported["ada"]["needs_manual"] == "True" and exported["bob"]["needs_manual"] == "False"
+
+
+def test_readme_starts_the_cluster_with_the_settings_the_tests_use():
+    """The ``export`` lines of *Grading on a cluster* are exactly ``grading_cluster_env()``."""
+    import re
+
+    from autograder.local_servers import grading_cluster_env
+
+    text = (REPO / "autograder" / "README.md").read_text()
+    exports = dict(re.findall(r"^export (DASK_[A-Z_]+)=(\S+)", text, flags=re.M))
+    assert exports == grading_cluster_env()
