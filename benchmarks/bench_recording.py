@@ -53,9 +53,9 @@ def graded_result(root):
     return result
 
 
-def as_student(result, student):
-    """The same result, as if ``student`` had handed it in (file paths renamed too)."""
-    files = {path.replace(f"/{result.student}/", f"/{student}/"): data
+def as_student(result, student, assignment=ASSIGNMENT):
+    """The same result, as if ``student`` had handed it in for ``assignment`` (file paths too)."""
+    files = {path.replace(f"/{result.student}/{ASSIGNMENT}/", f"/{student}/{assignment}/"): data
              for path, data in result.files.items()}
     return replace(result, student=student, files=files)
 
@@ -70,7 +70,7 @@ def record_many(root, db_url, result, n, assignment=ASSIGNMENT):
         generate(assignment, root, release_dir=Path(tempfile.mkdtemp(dir=root)), db_url=db_url)
     times = []
     for i in range(n):
-        student = as_student(result, f"s{i:05d}")
+        student = as_student(result, f"s{i:05d}", assignment)
         start = time.perf_counter()
         keep(root, db_url, assignment, student)
         times.append(time.perf_counter() - start)
