@@ -338,7 +338,7 @@ def _add_submission(gb, assignment, student):
 def _submission(gb, assignment, student):
     """``student``'s submission of ``assignment`` with everything :func:`record` sets, or None."""
     from nbgrader.api import Assignment, Comment, Grade, SubmittedAssignment, SubmittedNotebook
-    from sqlalchemy.orm import joinedload, selectinload
+    from sqlalchemy.orm import selectinload
 
     notebooks = selectinload(SubmittedAssignment.notebooks)
     return (gb.db.query(SubmittedAssignment).join(Assignment)
