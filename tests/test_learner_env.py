@@ -246,6 +246,9 @@ def run_nbval(folder, python, notebooks, name):
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                "--rootdir", str(folder), "--nbval-lax", "--nbval-kernel-name", "learner",
                "--nbval-cell-timeout", "600", f"--junitxml={report}",
+               # one kernel's start took longer than nbval's default 60 s once, in a full
+               # `make test` on 2 cores with the two nbval runs at once (it passed alone)
+               "--nbval-kernel-startup-timeout", "240",
                *[str(nb) for nb in notebooks]]
     return subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=clean_env(JUPYTER_PATH=str(kernel_spec(folder, python))))
