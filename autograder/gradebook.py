@@ -124,7 +124,7 @@ def open_gradebook(db_url):
             yield gb
         finally:
             gb.db.remove()
-            if not is_postgres(db_url) or key not in _ENGINES:
+            if not is_postgres(db_url):
                 gb.engine.dispose()  # connections closed; the engine and its statement cache stay
 
 
@@ -264,10 +264,8 @@ def record(db_url, assignment, result):
 
     with open_gradebook(db_url) as gb:
         _student_row(gb, db_url, result.student)
-        sub = _submission(gb, assignment, result.student)
-        if sub is None:
-            _add_submission(gb, assignment, result.student)
-            sub = _submission(gb, assignment, result.student)
+        sub = (_submission(gb, assignment, result.student)
+               or _add_submission(gb, assignment, result.student))
         if result.timestamp:
             sub.timestamp = utils.parse_utc(result.timestamp)
         graded = {nb.name: nb for nb in result.notebooks}
@@ -309,11 +307,13 @@ def _student_row(gb, db_url, student):
 
 
 def _add_submission(gb, assignment, student):
-    """Add ``student``'s submission of ``assignment``, uncommitted.
+    """Add ``student``'s submission of ``assignment``, uncommitted; return it.
 
     The rows nbgrader's ``Gradebook.add_submission`` makes (a notebook per notebook of the
     assignment, a grade per grade cell, a comment per solution cell, both per task cell),
-    without its commit, so that a new submission and its scores are one transaction.
+    without its commit, so that a new submission and its scores are one transaction. Its
+    grades and comments name their cells by id; after the flush, ``grade.cell`` comes from
+    the cells loaded here, without a query.
     """
     from nbgrader.api import Assignment, Comment, Grade, Notebook, SubmittedAssignment, SubmittedNotebook
     from sqlalchemy.orm import selectinload
@@ -333,6 +333,7 @@ def _add_submission(gb, assignment, student):
             Grade(cell_id=cell.id, notebook=nb)
     gb.db.add(sub)
     gb.db.flush()
+    return sub
 
 
 def _submission(gb, assignment, student):
