@@ -13,8 +13,8 @@ scheduler picks. A score never depends on where it was graded.
   worker process it sets up a private scratch course: the student version and the template
   gradebook arrive as bytes in the plugin, so the grading hosts need the course's *code*
   (the checkout and ``.venv`` at the same path, or the wheel), not its files. When the run
-  ends the client unregisters it, and each worker removes its scratch and kills the run's
-  kernels.
+  ends the client unregisters it (and removes it from any worker Dask left it on:
+  :func:`forget_plugin`), and each worker removes its scratch and kills the run's kernels.
 * A task carries the student's handed-in files as bytes and returns a
   :class:`~autograder.results.StudentResult` (scores, status, flags, the autograded notebook
   and the feedback page as bytes). Workers never touch the class gradebook or the course
@@ -100,11 +100,12 @@ class GradingPlugin(WorkerPlugin):
 
         if _GRADING.acquire(blocking=False):  # never wait here: this is the worker's event loop
             try:
-                # no other live run's kernel waits in this process (a run whose teardown found
-                # the lock taken, by a cancelled task still finishing, has left its name behind)
-                if _State.run is None or _State.run not in getattr(worker, "plugins", {}):
-                    self.enter()
-                    _launch_spare(self.config())
+                # The newest run takes the process's one spare: a kernel waiting here is another
+                # run's, or a dead one (a run whose plugin Dask left behind has had its kernels
+                # killed by its teardown on another worker). Another live run on this worker
+                # starts its next kernel on demand, once.
+                self.enter()
+                _launch_spare(self.config())
             finally:
                 _GRADING.release()
 
@@ -303,8 +304,22 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
     finally:
         try:
             client.unregister_worker_plugin(plugin.name)
+            client.run(forget_plugin, plugin.name, on_error="ignore")
         except Exception:  # noqa: BLE001 - the cluster may be gone; workers clean up at exit
             pass
+
+
+def forget_plugin(name, dask_worker):
+    """Tear down plugin ``name`` on this worker if it is still there; True if it was.
+
+    Dask can leave an unregistered plugin behind on a worker that joined as the run ended
+    (the removal reached the new worker before the plugin it had been sent on joining), with
+    the run's scratch folder; the client calls this on every worker after unregistering.
+    """
+    plugin = dask_worker.plugins.pop(name, None)
+    if plugin is not None:
+        plugin.teardown(dask_worker)
+    return plugin is not None
 
 
 def collect(future, student, seconds):

@@ -333,34 +333,69 @@ def test_runs_of_different_assignments_share_one_postgres_gradebook(tmp_path, po
 
 
 # -- the worker plugin ---------------------------------------------------------------------------
+def plugin_workdirs(client, name):
+    return client.run(lambda dask_worker: dask_worker.plugins[name].settings.workdir)
+
+
 def test_plugin_preloads_a_sandboxed_kernel_and_removes_everything_at_the_end(tmp_path, cluster):
-    from autograder.cluster import GradingPlugin, RunPayload
+    """Also when a run's plugin was left behind on the workers, with its kernels killed: Dask
+    can leave one on a worker that joined as that run ended, whose teardown on another worker
+    of the host then killed the run's kernels. It must not keep the next run from its spare,
+    and ``forget_plugin`` (which the client calls after unregistering) removes it."""
+    from autograder.cluster import GradingPlugin, RunPayload, forget_plugin
+    from autograder.sandbox import kernel_cgroups, kill_run_cgroups
     from autograder.worker import Settings
 
-    def spare_kernel_alive():  # defined here, so Dask ships it by value (workers lack tests/)
+    def spare_state():  # defined here, so Dask ships it by value (workers lack tests/)
         from jupyter_core.utils import run_sync
 
+        from autograder.cluster import _State
         from autograder.execute import Spare
 
-        return Spare.km is not None and run_sync(Spare.km.is_alive)()
+        return dict(run=_State.run, spare=Spare.km is not None,
+                    alive=Spare.km is not None and run_sync(Spare.km.is_alive)())
 
     _, client = cluster
     release = generate("toy", FIXTURE, release_dir=tmp_path / "release")
     generate("toy", FIXTURE, release_dir=tmp_path / "r2", db_url=f"sqlite:///{tmp_path}/t.db")
-    settings = Settings(root=str(FIXTURE), assignment="toy", template_db=str(tmp_path / "t.db"),
-                        release_dir=str(release), workdir=str(tmp_path), run_id="plugintest")
-    plugin = GradingPlugin(RunPayload(settings=settings,
-                                      release={"toy.ipynb": (release / "toy.ipynb").read_bytes()},
-                                      template_db=(tmp_path / "t.db").read_bytes()))
-    client.register_plugin(plugin, name=plugin.name)
+
+    def plugin(run_id):
+        settings = Settings(root=str(FIXTURE), assignment="toy", template_db=str(tmp_path / "t.db"),
+                            release_dir=str(release), workdir=str(tmp_path), run_id=run_id)
+        return GradingPlugin(RunPayload(settings=settings,
+                                        release={"toy.ipynb": (release / "toy.ipynb").read_bytes()},
+                                        template_db=(tmp_path / "t.db").read_bytes()))
+
+    left = plugin("leftover")
+
+    async def add_without_the_scheduler(dask_worker):  # as the racing worker got it
+        return (await dask_worker.plugin_add(left, name=left.name))["status"]
+
+    assert set(client.run(add_without_the_scheduler).values()) == {"OK"}
+    deadline = time.monotonic() + 30  # each spare's launcher has made its cgroup
+    while (len([g for g in kernel_cgroups() if g.startswith("kleftover-")]) < len(client.scheduler_info()["workers"])
+           and time.monotonic() < deadline):
+        time.sleep(0.1)
+    kill_run_cgroups("leftover")
+    assert not any(s["alive"] for s in client.run(spare_state).values())
+    left_dirs = plugin_workdirs(client, left.name)
+
+    run = plugin("plugintest")
+    client.register_plugin(run, name=run.name)
     try:
-        workdirs = client.run(lambda dask_worker: dask_worker.plugins[plugin.name].settings.workdir)
+        workdirs = plugin_workdirs(client, run.name)
         assert all(Path(w).is_dir() for w in workdirs.values())
         deadline = time.monotonic() + 30
-        while not all(client.run(spare_kernel_alive).values()) and time.monotonic() < deadline:
+        while (not all(s["alive"] for s in client.run(spare_state).values())
+               and time.monotonic() < deadline):
             time.sleep(0.5)
-        assert all(client.run(spare_kernel_alive).values())
+        states = client.run(spare_state)
+        assert all(s == dict(run=run.name, spare=True, alive=True) for s in states.values()), states
     finally:
-        client.unregister_worker_plugin(plugin.name)
-    assert not any(client.run(spare_kernel_alive).values())
+        client.unregister_worker_plugin(run.name)
+    assert not any(s["spare"] for s in client.run(spare_state).values())
     assert not any(Path(w).exists() for w in workdirs.values())
+    assert all(Path(w).is_dir() for w in left_dirs.values())
+    assert set(client.run(forget_plugin, left.name).values()) == {True}
+    assert set(client.run(forget_plugin, left.name).values()) == {False}
+    assert not any(Path(w).exists() for w in left_dirs.values())
