@@ -309,17 +309,18 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
             pass
 
 
-def forget_plugin(name, dask_worker):
-    """Tear down plugin ``name`` on this worker if it is still there; True if it was.
+async def forget_plugin(name, dask_worker):
+    """Remove plugin ``name`` from this worker (Dask's own removal) if it is still there;
+    True if it was.
 
     Dask can leave an unregistered plugin behind on a worker that joined as the run ended
     (the removal reached the new worker before the plugin it had been sent on joining), with
     the run's scratch folder; the client calls this on every worker after unregistering.
     """
-    plugin = dask_worker.plugins.pop(name, None)
-    if plugin is not None:
-        plugin.teardown(dask_worker)
-    return plugin is not None
+    if name not in dask_worker.plugins:
+        return False
+    await dask_worker.plugin_remove(name)
+    return True
 
 
 def collect(future, student, seconds):
