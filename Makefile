@@ -45,7 +45,7 @@ $(NPM_STAMP): package.json package-lock.json
 	  echo "npm not found: the accessibility checks will skip (apt-get install nodejs npm)"; \
 	fi
 # The learner's packages (requirements-learner.txt, a complete list: --no-deps) as wheels, for
-# tests/test_learner_env.py, which installs a fresh venv from them and the site's downloads with
+# tests/book/test_learner_env.py, which installs a fresh venv from them and the site's downloads with
 # `pip install --no-index`: downloaded once here, again only when the file changes, never by a
 # test. The torch pin takes whichever build the index serves: put the CPU-only wheel within
 # pip's reach (e.g. PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu) to skip CUDA's GBs.
@@ -63,8 +63,8 @@ test: book $(TRITON_STAMP) $(NPM_STAMP) $(WHEELHOUSE_STAMP)
 # No book build, no browser, no end-to-end grading (the `slow` marker): under a minute and a half.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow and not browser" \
-		--ignore=tests/test_book.py --ignore=tests/test_site_browser.py \
-		--ignore=tests/test_grading_e2e.py
+		--ignore=tests/book/test_book.py --ignore=tests/book/test_site_browser.py \
+		--ignore=tests/grader/test_grading_e2e.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,11 +1,11 @@
 """nbgrader settings for instructors who run ``nbgrader`` or its formgrader directly
 from the repository root (``python -m autograder`` applies the same settings itself).
 
-They are the course settings of ``autograder/nbgrader_config.py``: sources in
+They are the course settings of ``autograder/core/nbgrader_config.py``: sources in
 ``solutions/``, student versions in ``release/``, gradebook ``gradebook.db``,
 feedback without hidden tests, and the same autograding as the driver: every
 kernel in the OS sandbox, every test cell scored by the outside judge, the default
-limits of ``autograder/limits.py``. ``nbgrader autograde`` and the formgrader's
+limits of ``autograder/core/limits.py``. ``nbgrader autograde`` and the formgrader's
 Autograde button therefore give the scores ``python -m autograder grade`` gives.
 """
 
@@ -15,7 +15,7 @@ import sys
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
 
-from autograder.nbgrader_config import autograde_settings, course_config, prepare_nbgrader  # noqa: E402
+from autograder.core.nbgrader_config import autograde_settings, course_config, prepare_nbgrader  # noqa: E402
 
 prepare_nbgrader()  # gradebooks are created without the `alembic` command on PATH
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)

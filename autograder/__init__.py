@@ -1,17 +1,24 @@
 """Grading for the course: ``python -m autograder generate|grade|feedback|export|roster``.
 
-By the process each module runs in:
+One folder per process, so a file's path says where its code runs and what it may import
+(``tests/grader/test_layers.py`` keeps it so):
 
-* the driver (parent): ``driver`` (the class, the lock, signals), ``gradebook``,
-  ``summary``, ``exports``, ``roster``, ``policy``, ``similarity``;
-* a grading worker: ``worker`` (one student after another), ``intake``, ``audit``,
-  ``execute`` (the executor), ``judge`` (verdicts outside the kernel), ``feedback``,
-  ``kernel_manager``; ``checks`` (grader-only, run by the judge);
-* the sandbox launcher: ``sandbox`` (cgroup, rlimits, bubblewrap);
-* the student's kernel: only ``probe``'s source, sent by the judge.
+* ``host/``: the instructor's process: the command line, a grading run, local worker
+  processes, the Dask client, recording, release, roster, exports, the summary;
+* ``worker/``: a grading worker (forked locally, or in a Dask worker): the per-submission
+  pipeline, intake, audit, similarity, feedback, the local loop, the Dask plugin;
+* ``judge/``: execution and verdicts in the trusted worker: the executor, the judge, the
+  sandboxed kernel manager;
+* ``sandbox/``: the kernel launcher and its cgroups, standard library only;
+* ``kernel/``: the probe, the only grader code inside a student's kernel (stdlib and NumPy);
+* ``core/``: what the trusted processes share: limits, typed results, the assignment
+  registry, the cell vocabulary, nbgrader's configuration, the gradebook, the late policy;
+* ``checks/``: the hidden tests' checks, imported by test cells in the judge.
 
-Shared: ``limits``, ``results`` (typed records), ``assignments`` (the registry),
-``nbgrader_config``, ``release``. Importing this package imports nothing else.
+Importing this package imports nothing else (the sandbox launcher imports it on every kernel
+start). Module paths that instructors' nbgrader configurations name from before the layout
+(``autograder.execute``, ``autograder.kernel_manager``, ``autograder.nbgrader_config``)
+still import, as the modules that replaced them.
 """
 
 import sys
@@ -20,3 +27,34 @@ import sys
 # formats, which notebooks never use; building its grammar costs seconds of CPU
 # in every process that imports nbformat. Mark it absent before nbformat loads.
 sys.modules.setdefault("rfc3987_syntax", None)
+
+MOVED = {  # old module path -> the module that replaced it
+    "autograder.execute": "autograder.judge.execute",
+    "autograder.kernel_manager": "autograder.judge.kernel_manager",
+    "autograder.nbgrader_config": "autograder.core.nbgrader_config",
+}
+
+
+class _MovedModules:
+    """Import finder that answers an old module path with the module that replaced it."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in MOVED:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(name, _MovedModules)
+
+    @staticmethod
+    def create_module(spec):
+        from importlib import import_module
+
+        return import_module(MOVED[spec.name])
+
+    @staticmethod
+    def exec_module(module):
+        pass
+
+
+sys.meta_path.append(_MovedModules)

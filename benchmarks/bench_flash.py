@@ -165,7 +165,7 @@ def run_torch(sizes, repeats, causal_t, threads):
 
 # Triton: the interpreter on CPU, the compiled kernels on a GPU
 TRITON_HEADS = 16
-# (T, S, H, H_kv, D, tile): the sizes of tests/test_flash_triton.py, 16 x 16 tiles, and
+# (T, S, H, H_kv, D, tile): the sizes of tests/library/test_flash_triton.py, 16 x 16 tiles, and
 # its default-tile case (64 x 64)
 TRITON_CPU_SIZES = [(37, 53, 4, 2, 24, 16), (45, 19, 3, 1, 16, 16), (32, 32, 2, 2, 32, 16), (100, 70, 2, 1, 16, 64)]
 

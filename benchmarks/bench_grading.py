@@ -35,7 +35,7 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.release import generate  # noqa: E402
+from autograder.host.release import generate  # noqa: E402
 
 
 def solved(source, release):
@@ -119,7 +119,7 @@ def sandbox_startup(n=5):
     from jupyter_client.utils import run_sync
 
     sys.path.insert(0, str(REPO))
-    from autograder.kernel_manager import SandboxedKernelManager
+    from autograder.judge.kernel_manager import SandboxedKernelManager
 
     async def once():
         km = SandboxedKernelManager(kernel_name="python3")
@@ -171,7 +171,7 @@ def main():
                               driver(root, args.assignment, args.jobs, args.scheduler)))
             overheads.append((args.scheduler, dask_overhead(args.scheduler, files)))
         if args.dask_workers:
-            from autograder.local_servers import dask_cluster
+            from tests.servers import dask_cluster
 
             for k in [int(k) for k in args.dask_workers.split(",")]:
                 with dask_cluster(k) as (address, _):

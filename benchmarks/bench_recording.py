@@ -1,6 +1,6 @@
 """How fast the one client of a cluster run records results: gradebook rows, files, stamp.
 
-On a cluster only the ``grade`` process writes (:func:`autograder.driver.keep`: the
+On a cluster only the ``grade`` process writes (:func:`autograder.host.driver.keep`: the
 gradebook first, then the autograded notebook and the feedback page, then the stamp), one
 result after another, so its recording rate caps the class's throughput however many
 workers grade. This grades one submission of the fixture course, then records that result
@@ -32,10 +32,10 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.driver import grade, keep  # noqa: E402
-from autograder.gradebook import open_gradebook, writing  # noqa: E402
-from autograder.local_servers import POSTGRES_HINT, postgres_bin, postgres_server  # noqa: E402
-from autograder.release import generate  # noqa: E402
+from autograder.host.driver import grade, keep  # noqa: E402
+from autograder.core.gradebook import open_gradebook, writing  # noqa: E402
+from tests.servers import POSTGRES_HINT, postgres_bin, postgres_server  # noqa: E402
+from autograder.host.release import generate  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "course"
 ASSIGNMENT = "toy"

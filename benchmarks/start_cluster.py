@@ -4,7 +4,7 @@
     python -m autograder grade 01-rope --scheduler tcp://127.0.0.1:PORT
 
 Everything binds to 127.0.0.1 and runs with the grading cluster's Dask settings
-(:func:`autograder.local_servers.grading_cluster_env`); Ctrl-C stops it all. A department
+(:func:`tests.servers.grading_cluster_env`); Ctrl-C stops it all. A department
 starts the same programs on its grading hosts (``autograder/README.md``, *Grading on a
 cluster*).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.local_servers import dask_cluster  # noqa: E402
+from tests.servers import dask_cluster  # noqa: E402
 
 
 def main():

@@ -35,7 +35,7 @@
    ``glue`` that just shows the value. The grader's versions reach the pages as MyST
    substitutions (``{{ grader_python }}``, ``{{ grader_numpy }}``, ``{{ grader_torch }}``,
    ``{{ grader_triton }}``, ``{{ wheel }}``) computed from the lock files by
-   ``autograder.environment``, never typed by hand. The top-level ``launch_buttons`` and
+   ``scripts.environment``, never typed by hand. The top-level ``launch_buttons`` and
    ``repository`` keys of ``_config.yml`` reach the theme (Jupyter Book would drop them,
    because ``html_theme_options`` is given in full under ``sphinx: config:``).
 """
@@ -129,7 +129,7 @@ def write_ipynb_download(app, pagename, templatename, context, doctree):
 
 def grading_substitutions(app, config):
     """``config-inited``: the grader's versions and the wheel's name as MyST substitutions."""
-    from autograder.environment import grading_versions, wheel_name
+    from scripts.environment import grading_versions, wheel_name
 
     values = {f"grader_{name}": version for name, version in grading_versions().items()}
     config.myst_substitutions = {**config.myst_substitutions, **values,

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.environment import wheel_name
+from scripts.environment import wheel_name
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "_build"

@@ -67,7 +67,7 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def postgres():
     """A PostgreSQL server for this module; ``postgres(name)`` makes a fresh database's URL."""
-    from autograder.local_servers import POSTGRES_HINT, postgres_bin, postgres_server
+    from tests.servers import POSTGRES_HINT, postgres_bin, postgres_server
 
     if postgres_bin() is None:
         pytest.skip(POSTGRES_HINT)

@@ -6,7 +6,7 @@ Not a test module. Other runs on the same machine leave theirs too, so tests com
 
 from pathlib import Path
 
-from autograder.sandbox import kernel_cgroups
+from autograder.sandbox.cgroups import kernel_cgroups
 
 
 def scratch_folders():

@@ -13,7 +13,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the grader-only checks are not installed, they live in the repo
     sys.path.insert(0, str(ROOT))
-from autograder.assignments import REGISTRY  # noqa: E402 - the registry
+from autograder.core.assignments import REGISTRY  # noqa: E402 - the registry
 
 # assignments that run on the course's lock alone (07-flash-triton, which needs triton, has its
 # own test module)

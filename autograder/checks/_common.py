@@ -1,7 +1,7 @@
 """Helpers shared by the checks: calling the student's code and comparing its outputs.
 
 The checks run in the trusted grading worker, never in the student's kernel
-(:mod:`autograder.judge`). The student's functions they receive are remote: a
+(:mod:`autograder.judge.verdict`). The student's functions they receive are remote: a
 call sends the inputs (chosen here) into the sandboxed kernel and brings back
 only the outputs. ``@hidden_test`` silences warnings in the worker and leaves
 verdicts as ``AssertionError`` messages written for the student. The checks also

@@ -5,7 +5,7 @@ Two backends with the same function names and the same semantics::
     from transformer_ref import numpy as ref     # NumPy, float64-friendly, readable
     from transformer_ref import torch as tref    # PyTorch: any device, autograd, nn.Modules
 
-Conventions shared by both backends (``tests/test_api_surface.py`` and the
+Conventions shared by both backends (``tests/library/test_api_surface.py`` and the
 subject tests check them)
 ---------------------------------------------------------------------------
 * attention tensors are ``(..., H, T, D)``; block inputs are ``(..., T, C)``;

@@ -3,7 +3,7 @@
 Every public function validates its input and raises ``ValueError`` whose
 message starts with the offending argument's name, e.g.
 ``ValueError("head_dim must be even for RoPE, got 7")``; the same bad input gives
-the same message in both backends (``tests/test_api_surface.py`` calls every
+the same message in both backends (``tests/library/test_api_surface.py`` calls every
 shared function of both with the same bad inputs). These helpers only look at
 Python numbers, ``.shape`` tuples and dtype names, so they work for NumPy arrays
 and torch tensors alike: the NumPy and torch backends both import them from here

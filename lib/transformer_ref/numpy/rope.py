@@ -27,7 +27,7 @@ The scalings change only ``inv_freq`` (and, for YaRN, a logit temperature):
   plus an attention factor ``0.1 ln(scale) + 1``.
 
 The formulas follow Hugging Face's ``modeling_rope_utils.py`` so that its
-published test vectors are reproduced (see ``tests/test_rope.py``).
+published test vectors are reproduced (see ``tests/library/test_rope.py``).
 """
 
 import math

@@ -1,0 +1,350 @@
+"""The nbgrader gradebook, read and written in one place.
+
+* :func:`read_scores`: a worker reads one submission's scores out of its scratch
+  gradebook into :class:`~autograder.core.results.NotebookScores`;
+* :func:`record`: the driver copies a :class:`~autograder.core.results.StudentResult`
+  into the class gradebook (replacing earlier autograded scores, keeping manual
+  ones, as nbgrader does) and returns the submission's total;
+* :func:`open_gradebook`: a gradebook at any SQLAlchemy URL, with a one-line error
+  for a URL that cannot be one (a missing folder, a file that is not a database, a
+  PostgreSQL server that cannot be reached);
+* :func:`writing` and :func:`advisory_lock`: with a PostgreSQL gradebook, runs on
+  several hosts serialize the writes that may meet (students, the assignment, the late
+  policy; a result's own rows need not wait), and a run holds its assignment, through
+  PostgreSQL advisory locks (an SQLite gradebook is one file on one machine: the
+  course lock of :mod:`autograder.host.driver` serializes its runs).
+
+``postgresql://`` URLs go through psycopg 3 (pinned), whatever SQLAlchemy's default
+driver for the scheme (:func:`engine_url`).
+"""
+
+import hashlib
+import os
+import warnings
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+from .results import OK, CellScore, NotebookScores
+
+
+class GradebookError(Exception):
+    """A gradebook that cannot be opened; the message is one line for the instructor."""
+
+
+POSTGRES = "postgresql+psycopg://"
+
+
+def engine_url(db_url):
+    """``db_url`` as SQLAlchemy should open it: ``postgresql://`` and ``postgres://`` use psycopg 3."""
+    for scheme in ("postgresql://", "postgres://"):
+        if db_url.startswith(scheme):
+            return POSTGRES + db_url[len(scheme):]
+    return db_url
+
+
+def is_postgres(db_url):
+    return engine_url(db_url).startswith(POSTGRES)
+
+
+def libpq_url(db_url):
+    """The ``postgresql://`` form of a PostgreSQL gradebook URL, for psycopg itself."""
+    return "postgresql://" + engine_url(db_url)[len(POSTGRES):]
+
+
+def connect_postgres(db_url, application_name="autograder"):
+    """A psycopg connection (autocommit) to a PostgreSQL gradebook, or :class:`GradebookError`."""
+    import psycopg
+
+    try:
+        return psycopg.connect(libpq_url(db_url), autocommit=True, connect_timeout=10,
+                               application_name=application_name[:63])
+    except psycopg.Error as error:
+        where = libpq_url(db_url).split("@")[-1]
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise GradebookError(f"--db: cannot connect to the PostgreSQL gradebook at {where} "
+                             f"({reason})") from None
+
+
+def check_url(db_url):
+    """Raise :class:`GradebookError` if ``db_url`` cannot be a gradebook, without creating one."""
+    if is_postgres(db_url):
+        connect_postgres(db_url).close()
+    elif db_url.startswith("sqlite:///"):
+        path = Path(db_url[len("sqlite:///"):])
+        if not path.parent.is_dir():
+            raise GradebookError(f"--db: the folder {path.parent} does not exist")
+        if path.exists():
+            with open(path, "rb") as f:
+                head = f.read(16)
+            if head and head != b"SQLite format 3\x00":
+                raise GradebookError(f"--db: {path} is not an SQLite database")
+
+
+@contextmanager
+def open_gradebook(db_url):
+    """nbgrader's ``Gradebook`` at ``db_url`` (created if new), SQLAlchemy warnings silenced.
+
+    The first open in a process checks the URL, creates the tables if they are missing and
+    keeps the SQLAlchemy engine; later opens of the same gradebook are a new session on
+    that engine (:func:`_reopened`). A class run records result after result: a new engine
+    each time would compile every statement of nbgrader's ORM again, most of a record's cost.
+    An SQLite gradebook keeps no connection open between opens (its pool is emptied at the
+    end of each). A PostgreSQL one keeps one, checked before each use, since a new server
+    session per result cost a third of a record; a child forked while it is open leaves it
+    to its parent (:func:`_forget_engines`).
+    """
+    import sqlalchemy.exc
+    from nbgrader.api import Gradebook
+
+    from .nbgrader_config import prepare_nbgrader
+
+    db_url = engine_url(db_url)
+    key = _engine_key(db_url)
+    with warnings.catch_warnings():
+        # nbgrader's update_or_create_submission trips harmless SQLAlchemy autoflush warnings
+        warnings.simplefilter("ignore", sqlalchemy.exc.SAWarning)
+        try:
+            if key in _ENGINES:
+                gb = _reopened(_ENGINES[key])
+            else:
+                check_url(db_url)
+                prepare_nbgrader()
+                gb = Gradebook(db_url)
+                if is_postgres(db_url):
+                    _course_row(gb)
+                    gb.db.remove()
+                    gb.engine.dispose()
+                    gb = _reopened(sqlalchemy.create_engine(db_url, future=True, pool_size=1,
+                                                            pool_pre_ping=True))
+                if key is not None:
+                    _ENGINES[key] = gb.engine
+        except sqlalchemy.exc.SQLAlchemyError as error:
+            raise GradebookError(f"--db: cannot open the gradebook ({type(error).__name__})") from None
+        try:
+            yield gb
+        finally:
+            gb.db.remove()
+            if not is_postgres(db_url):
+                gb.engine.dispose()  # connections closed; the engine and its statement cache stay
+
+
+_ENGINES = {}  # _engine_key(url) -> engine of a gradebook this process has opened
+
+
+def _forget_engines():
+    """In a forked child: drop the parent's engines without touching their connections."""
+    for engine in _ENGINES.values():
+        engine.dispose(close=False)
+    _ENGINES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_engines)
+
+
+def _engine_key(db_url):
+    """What identifies a gradebook for reuse: the URL, and for SQLite the file's inode.
+
+    A deleted and re-created SQLite file is a new gradebook (tables to create); a file that
+    does not exist yet has no key (it is created, then the next open keeps it).
+    """
+    if db_url.startswith("sqlite:///"):
+        try:
+            return db_url, Path(db_url[len("sqlite:///"):]).stat().st_ino
+        except OSError:
+            return None
+    return db_url, None
+
+
+def _reopened(engine):
+    """nbgrader's ``Gradebook`` as a new session on a kept engine, without its set-up."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    gb = Gradebook.__new__(Gradebook)
+    gb.engine = engine
+    gb.db = scoped_session(sessionmaker(autoflush=True, bind=engine, future=True))
+    gb.course_id, gb.authenticator = "default_course", None  # as Gradebook() sets them
+    return gb
+
+
+def _course_row(gb):
+    """Give a PostgreSQL gradebook the course row nbgrader's converters refer to.
+
+    nbgrader's converters record assignments under ``CourseDirectory.course_id``, empty by
+    default, and create no course row for the empty id; SQLite does not check the foreign
+    key, PostgreSQL does. So the empty course exists in every PostgreSQL gradebook.
+    """
+    from nbgrader.api import Course
+
+    if gb.db.query(Course).filter(Course.id == "").first() is None:
+        gb.db.add(Course(id=""))
+        gb.db.commit()
+
+
+def lock_key(name):
+    """A signed 64-bit advisory-lock key for ``name`` (stable across hosts and runs)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def advisory_lock(db_url, name, label="autograder", wait=True):
+    """Hold the PostgreSQL session advisory lock ``name`` on a connection of its own.
+
+    ``label`` becomes the connection's ``application_name``, so a refused run can say who
+    holds the lock (:func:`lock_holder`). Yields ``True`` once the lock is held; with
+    ``wait=False`` it yields ``None`` at once, holding nothing, when another session holds
+    it. The server releases the lock when the connection closes, however this process ends.
+    """
+    key = lock_key(name)
+    with connect_postgres(db_url, label) as conn:
+        if wait:
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        elif not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            yield None
+            return
+        yield True
+
+
+def lock_holder(db_url, name):
+    """``application_name`` of the session that holds advisory lock ``name``, or None."""
+    key = lock_key(name) & 0xFFFFFFFFFFFFFFFF
+    with connect_postgres(db_url) as conn:
+        row = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+            " AND l.classid::text::bigint = %s AND l.objid::text::bigint = %s",
+            (key >> 32, key & 0xFFFFFFFF)).fetchone()
+    return row[0] if row else None
+
+
+def writing(db_url):
+    """Context in which one process at a time writes the gradebook (PostgreSQL: across hosts).
+
+    nbgrader creates a student or a submission row by "look it up, else insert": two runs
+    on different assignments that record the same new student at once would both insert.
+    """
+    return advisory_lock(db_url, WRITE_LOCK) if is_postgres(db_url) else nullcontext()
+
+
+WRITE_LOCK = "autograder:write"
+
+
+def read_scores(db_url, assignment, student):
+    """``(timestamp, [NotebookScores])`` of one submission, or ``(None, [])``."""
+    from nbgrader.api import MissingEntry
+
+    with open_gradebook(db_url) as gb:
+        try:
+            sub = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return None, []
+        return sub.timestamp, [
+            NotebookScores(
+                name=nb.name, late_penalty=nb.late_submission_penalty,
+                grades=tuple(CellScore(g.name, g.auto_score, g.max_score) for g in nb.grades),
+                comments=tuple((c.name, c.auto_comment) for c in nb.comments))
+            for nb in sub.notebooks]
+
+
+def record(db_url, assignment, result):
+    """Copy ``result`` into the class gradebook; return ``(score, max_score, needs_manual)``.
+
+    Autograded scores are replaced (a re-grade is idempotent: no duplicate rows);
+    manual scores stay, and a cell that has one is marked for manual review again
+    (nbgrader's own rule after an autograde). A submission that could not be
+    graded (status other than ``ok``) scores 0 in every cell.
+
+    One client records a whole class, so this is its hot path: the submission comes
+    with its notebooks, grades, comments and their cells in four queries
+    (:func:`_submission`), not one lazy load per cell; a new one is written in the same
+    transaction as its scores (on SQLite one commit in all, not nbgrader's three); and
+    only the student row is written under the gradebook's write lock (:func:`_student_row`).
+    """
+    from nbgrader import utils
+
+    with open_gradebook(db_url) as gb:
+        _student_row(gb, db_url, result.student)
+        sub = (_submission(gb, assignment, result.student)
+               or _add_submission(gb, assignment, result.student))
+        if result.timestamp:
+            sub.timestamp = utils.parse_utc(result.timestamp)
+        graded = {nb.name: nb for nb in result.notebooks}
+        for notebook in sub.notebooks:
+            data = graded.get(notebook.notebook.name)
+            scores = {g.name: g.auto_score for g in data.grades} if data else {}
+            if data:
+                notebook.late_submission_penalty = data.late_penalty
+            for grade in notebook.grades:
+                auto = 0.0 if result.status != OK else scores.get(grade.cell.name, 0.0)
+                grade.auto_score = auto
+                grade.needs_manual_grade = grade.manual_score is not None or auto is None
+            comments = dict(data.comments) if data else {}
+            for comment in notebook.comments:
+                comment.auto_comment = comments.get(comment.cell.name)
+        gb.db.commit()
+        return sub.score, sub.max_score, bool(sub.needs_manual_grade)  # one query: their sums
+
+
+def _student_row(gb, db_url, student):
+    """Make sure ``student`` has a row.
+
+    Runs of different assignments record at once into one PostgreSQL gradebook, and two
+    of them may meet the same new student: there this looks the student up and inserts it
+    holding the write lock of :func:`writing` for one transaction of its own (the server
+    releases the lock at its commit); the rest of a record touches only the run's own
+    assignment. An SQLite gradebook has one writer: the row joins the record's transaction.
+    """
+    from nbgrader.api import Student
+    from sqlalchemy import text
+
+    postgres = is_postgres(db_url)
+    if postgres:
+        gb.db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key(WRITE_LOCK)})
+    if gb.db.get(Student, student) is None:
+        gb.db.add(Student(id=student))
+    if postgres:
+        gb.db.commit()
+
+
+def _add_submission(gb, assignment, student):
+    """Add ``student``'s submission of ``assignment``, uncommitted; return it.
+
+    The rows nbgrader's ``Gradebook.add_submission`` makes (a notebook per notebook of the
+    assignment, a grade per grade cell, a comment per solution cell, both per task cell),
+    without its commit, so that a new submission and its scores are one transaction. Its
+    grades and comments name their cells by id; after the flush, ``grade.cell`` comes from
+    the cells loaded here, without a query.
+    """
+    from nbgrader.api import Assignment, Comment, Grade, Notebook, SubmittedAssignment, SubmittedNotebook
+    from sqlalchemy.orm import selectinload
+
+    master = (gb.db.query(Assignment).filter(Assignment.name == assignment)
+              .options(selectinload(Assignment.notebooks).selectinload(Notebook._base_cells))
+              .one())  # a notebook's grade, solution and task cells are views of its cells
+    sub = SubmittedAssignment(assignment=master, student_id=student)
+    for notebook in master.notebooks:
+        nb = SubmittedNotebook(notebook=notebook, assignment=sub)
+        for cell in notebook.grade_cells:
+            Grade(cell_id=cell.id, notebook=nb)
+        for cell in notebook.solution_cells:
+            Comment(cell_id=cell.id, notebook=nb)
+        for cell in notebook.task_cells:
+            Comment(cell_id=cell.id, notebook=nb)
+            Grade(cell_id=cell.id, notebook=nb)
+    gb.db.add(sub)
+    gb.db.flush()
+    return sub
+
+
+def _submission(gb, assignment, student):
+    """``student``'s submission of ``assignment`` with everything :func:`record` sets, or None."""
+    from nbgrader.api import Assignment, Comment, Grade, SubmittedAssignment, SubmittedNotebook
+    from sqlalchemy.orm import selectinload
+
+    notebooks = selectinload(SubmittedAssignment.notebooks)
+    return (gb.db.query(SubmittedAssignment).join(Assignment)
+            .filter(Assignment.name == assignment, SubmittedAssignment.student_id == student)
+            .options(notebooks.joinedload(SubmittedNotebook.notebook),
+                     notebooks.selectinload(SubmittedNotebook.grades).joinedload(Grade.cell),
+                     notebooks.selectinload(SubmittedNotebook.comments).joinedload(Comment.cell))
+            .one_or_none())

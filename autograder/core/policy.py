@@ -1,0 +1,382 @@
+"""Due dates and the late policy: how late a submission was, and what that costs.
+
+* :class:`LatePolicy`: ``none`` (late work accepted as it is), ``zero`` (late work
+  scores 0, nbgrader's ``LateSubmissionPlugin`` method ``"zero"``) or a penalty
+  per started hour or day, in points or in percent of the score, with a cap and a
+  grace period. :meth:`LatePolicy.parse` reads the command line's spelling
+  (``10%/day,cap=50%,grace=1h``) and ``str()`` writes it back.
+* :func:`penalty`: the :class:`Lateness` of one submission under a policy.
+* :func:`parse_time`: the times ``timestamp.txt`` and ``course.toml`` hold.
+* :func:`load_settings`: due dates and policies from ``course.toml`` at the course
+  root, as :class:`CourseSettings`.
+* :func:`apply_late_policy`: write one assignment's due date and every submission's
+  penalty into the gradebook, where exports and the formgrader read them.
+
+Semantics are nbgrader's where the two overlap: a submission is late by
+``timestamp - duedate`` (the student's extension included) and only when that is
+more than zero; ``zero`` costs the whole score, ``none`` nothing. Times are
+compared in UTC; a time without a zone is taken to be UTC, as nbgrader does.
+"""
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .gradebook import open_gradebook, writing
+
+KINDS = ("none", "zero", "per-unit")
+UNITS = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
+SETTINGS_FILE = "course.toml"
+
+# grace spellings: one or more <number><unit>, e.g. 15m, 1h30m, 2d, 90s
+DURATION_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1),
+                  "s": timedelta(seconds=1)}
+NUMBER = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+DURATION_PART = re.compile(rf"({NUMBER})([dhms])")
+PER_UNIT = re.compile(rf"({NUMBER})(%?)/([a-z]+)")
+CAP = re.compile(rf"({NUMBER})(%?)")
+
+
+def number_text(x: float) -> str:
+    """The shortest spelling of ``x`` that reads back as ``x`` (``2``, ``0.5``, ``1e+20``)."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def duration_text(span: timedelta) -> str:
+    """``span`` as the policy spelling writes it: ``1d12h``, ``15m``, ``1.5s``, ``0s``."""
+    seconds = span.total_seconds()
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{int(count)}{unit}")
+    if seconds or not parts:
+        parts.append(f"{number_text(seconds)}s")
+    return "".join(parts)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``15m``, ``1h30m``, ``2d``, ``90s`` (or ``0``) as a timedelta; ValueError otherwise."""
+    if text == "0":
+        return timedelta(0)
+    if not text or DURATION_PART.sub("", text):
+        raise ValueError(f"grace={text}: write a duration such as 15m, 1h, 1h30m or 2d")
+    return sum((float(n) * DURATION_UNITS[u] for n, u in DURATION_PART.findall(text)), timedelta(0))
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """What lateness costs.
+
+    * ``kind``: ``"none"``, ``"zero"`` or ``"per-unit"``;
+    * ``per_unit``: for ``per-unit``, the penalty per started ``unit`` past the grace:
+      points, or percent of the score when ``relative``;
+    * ``unit``: ``"hour"`` or ``"day"``;
+    * ``cap``: the most the penalty may reach (points, or percent when ``relative``),
+      ``None`` for no cap; a penalty never takes a score below 0 in any case;
+    * ``grace``: lateness up to this much costs nothing (``zero`` and ``per-unit``);
+    * ``relative``: ``per_unit`` and ``cap`` are percents of the score.
+
+    The command-line spelling (:meth:`parse`, ``str()``) is the kind, or the rate,
+    then options: ``none``, ``zero``, ``zero,grace=15m``, ``10%/day,cap=50%,grace=1h``,
+    ``2/hour,cap=10``. A bad combination raises a one-line ValueError.
+    """
+
+    kind: str = "none"
+    per_unit: float = 0.0
+    unit: str = "day"
+    cap: float | None = None
+    grace: timedelta = timedelta(0)
+    relative: bool = True
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown late policy kind {self.kind!r} (use none, zero or per-unit)")
+        if self.unit not in UNITS:
+            raise ValueError(f"unknown unit {self.unit!r} (use hour or day)")
+        if self.grace < timedelta(0):
+            raise ValueError(f"grace={duration_text(self.grace)}: a grace period cannot be negative")
+        if self.kind == "per-unit":
+            if not (math.isfinite(self.per_unit) and self.per_unit > 0):
+                raise ValueError(f"a per-unit penalty must be a positive number, not {self.per_unit!r}"
+                                 " (use none for no penalty)")
+            if self.cap is not None and not (math.isfinite(self.cap) and self.cap > 0):
+                raise ValueError(f"cap must be a positive number, not {self.cap!r}")
+            return
+        if self.per_unit or self.cap is not None or not self.relative or self.unit != "day":
+            raise ValueError(f"a {self.kind!r} policy takes no rate, unit or cap")
+        if self.kind == "none" and self.grace:
+            raise ValueError("a 'none' policy takes no grace period (late work costs nothing)")
+
+    @classmethod
+    def parse(cls, text: str) -> "LatePolicy":
+        """The policy spelled ``text`` (see the class docstring); one-line ValueError if bad."""
+        head, *options = [part.strip() for part in text.strip().lower().split(",")]
+        try:
+            values = {}
+            for option in options:
+                key, sep, value = option.partition("=")
+                if not sep or key not in ("cap", "grace"):
+                    raise ValueError(f"unknown option {option!r} (use cap=... or grace=...)")
+                if key in values:
+                    raise ValueError(f"{key} given twice")
+                values[key] = value.strip()
+            if head in ("none", "zero"):
+                if "cap" in values:
+                    raise ValueError(f"a {head!r} policy takes no cap")
+                return cls(head, grace=parse_duration(values.get("grace", "0")))
+            rate = PER_UNIT.fullmatch(head)
+            if not rate:
+                raise ValueError(f"{head!r} is not none, zero or a rate such as 10%/day or 2/hour")
+            per_unit, percent, unit = rate.groups()
+            if unit not in UNITS:
+                raise ValueError(f"unknown unit {unit!r} in {head!r} (use hour or day)")
+            cap = None
+            if "cap" in values:
+                found = CAP.fullmatch(values["cap"])
+                if not found:
+                    raise ValueError(f"cap={values['cap']}: write a number such as cap=50% or cap=10")
+                if bool(found.group(2)) != bool(percent):
+                    want = f"cap={found.group(1)}%" if percent else f"cap={found.group(1)}"
+                    raise ValueError(f"cap={values['cap']}: a {'percent' if percent else 'points'} "
+                                     f"rate takes a cap in {'percent' if percent else 'points'} ({want})")
+                cap = float(found.group(1))
+            return cls("per-unit", float(per_unit), unit, cap, parse_duration(values.get("grace", "0")),
+                       relative=bool(percent))
+        except ValueError as error:
+            raise ValueError(f"late policy {text!r}: {error}") from None
+
+    def __str__(self) -> str:
+        if self.kind == "per-unit":
+            percent = "%" if self.relative else ""
+            parts = [f"{number_text(self.per_unit)}{percent}/{self.unit}"]
+            if self.cap is not None:
+                parts.append(f"cap={number_text(self.cap)}{percent}")
+        else:
+            parts = [self.kind]
+        if self.grace:
+            parts.append(f"grace={duration_text(self.grace)}")
+        return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """How late a submission was (``late_by``, never negative) and what it costs (``penalty``, points)."""
+
+    late_by: timedelta
+    penalty: float
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` as an aware UTC datetime; a naive one is taken to be UTC already."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def penalty(policy: LatePolicy, due: datetime | None, submitted_at: datetime | None,
+            score: float) -> Lateness:
+    """The lateness of a submission handed in at ``submitted_at`` and scoring ``score``.
+
+    Not late (penalty 0) without a due date or a timestamp. Otherwise ``late_by`` is
+    ``submitted_at - due`` (at least 0), and the penalty is 0 within the grace, the
+    whole score for ``zero``, and for ``per-unit`` ``per_unit`` per started ``unit``
+    past the grace (one second past it is one unit), as points or as percent of
+    ``score``, at most ``cap``, and never more than the score (a score is never
+    taken below 0).
+    """
+    if due is None or submitted_at is None:
+        return Lateness(timedelta(0), 0.0)
+    late_by = max(timedelta(0), as_utc(submitted_at) - as_utc(due))
+    if policy.kind == "none" or late_by <= policy.grace or score <= 0:
+        return Lateness(late_by, 0.0)
+    if policy.kind == "zero":
+        return Lateness(late_by, float(score))
+    units = -(-(late_by - policy.grace) // UNITS[policy.unit])  # started units: ceiling
+    amount = units * policy.per_unit
+    if policy.cap is not None:
+        amount = min(amount, policy.cap)
+    points = score * min(amount, 100.0) / 100 if policy.relative else min(amount, score)
+    return Lateness(late_by, float(points))
+
+
+def parse_time(text: str) -> datetime:
+    """The moment ``text`` names, as an aware UTC datetime.
+
+    Reads what nbgrader's ``timestamp.txt`` holds and what instructors write:
+    ``2026-12-01 23:59:59.123456 UTC`` (a zone name, ``UTC``, ``GMT`` or an IANA name
+    such as ``Europe/Berlin``, after a space), ``2026-12-01 23:59:59 +0100``, ISO 8601
+    with an offset or ``Z`` (``2026-12-01T23:59:00+01:00``) and without one
+    (``2026-12-01T23:59``, taken as UTC). A date without a time of day is refused
+    (midnight at the start of the day is rarely what a due date means).
+    """
+
+    def fail(problem):
+        return ValueError(f"cannot read the time {text!r}: {problem} "
+                          "(write e.g. 2026-12-01T23:59:00+00:00 or 2026-12-01 23:59:59 UTC)")
+
+    value = text.strip()
+    if not re.search(r"\d:\d\d", value):
+        raise fail("no time of day")
+    head, _, zone_name = value.rpartition(" ")
+    named = bool(head) and zone_name[:1].isalpha()
+    if not named and zone_name.startswith(("+", "-")):
+        value = head + zone_name
+    try:
+        moment = datetime.fromisoformat(head if named else value)
+    except ValueError:
+        raise fail("not a date and time") from None
+    if not named:
+        return as_utc(moment)
+    if moment.tzinfo is not None:
+        raise fail("two time zones")
+    try:
+        zone = timezone.utc if zone_name.upper() in ("UTC", "GMT", "Z") else ZoneInfo(zone_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise fail(f"unknown time zone {zone_name!r}") from None
+    return moment.replace(tzinfo=zone).astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class CourseSettings:
+    """Due dates and late policies of the course (from ``course.toml``).
+
+    ``due_dates`` maps an assignment to its aware UTC due date; ``policies`` holds the
+    assignments whose policy overrides ``default_policy``; ``source`` is the file read
+    (``None`` when there was none).
+    """
+
+    default_policy: LatePolicy = LatePolicy()
+    due_dates: dict[str, datetime] = field(default_factory=dict)
+    policies: dict[str, LatePolicy] = field(default_factory=dict)
+    source: Path | None = None
+
+    def due(self, assignment: str) -> datetime | None:
+        """The due date of ``assignment`` (aware, UTC), or ``None`` if it has none."""
+        return self.due_dates.get(assignment)
+
+    def policy(self, assignment: str) -> LatePolicy:
+        """The late policy of ``assignment``: its own, else the course's."""
+        return self.policies.get(assignment, self.default_policy)
+
+
+def toml_key(*parts: str) -> str:
+    """A dotted TOML key, each part quoted where it is not a bare key."""
+    return ".".join(p if re.fullmatch(r"[A-Za-z0-9_]+", p) else f'"{p}"' for p in parts)
+
+
+def read_due(value) -> datetime:
+    """A due date from TOML: a string :func:`parse_time` reads, or a TOML date-time."""
+    if isinstance(value, str):
+        return parse_time(value)
+    if isinstance(value, datetime):
+        return as_utc(value)
+    if isinstance(value, date):
+        raise ValueError(f"{value} has no time of day (write e.g. {value}T23:59:00+00:00)")
+    raise ValueError('write a date and time such as "2026-12-01T23:59:00+00:00"')
+
+
+def read_policy(value) -> LatePolicy:
+    """A late policy from TOML: a string :meth:`LatePolicy.parse` reads."""
+    if not isinstance(value, str):
+        raise ValueError('write the policy as a string, e.g. "10%/day,cap=50%"')
+    return LatePolicy.parse(value)
+
+
+def read_table(value, allowed: tuple[str, ...] | None, *key: str) -> dict:
+    """``value`` if it is a TOML table whose keys are all in ``allowed`` (``None``: any key)."""
+    where = toml_key(*key) if key else "top level"
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a table")
+    unknown = sorted(set(value) - set(allowed)) if allowed is not None else []
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(allowed)})")
+    return value
+
+
+def read_setting(table: dict, name: str, reader, *key: str):
+    """``reader(table[name])``, its ValueError prefixed with the full key."""
+    try:
+        return reader(table[name])
+    except ValueError as error:
+        raise ValueError(f"{toml_key(*key, name)}: {error}") from None
+
+
+def load_settings(root: str | Path) -> CourseSettings:
+    """The course's due dates and late policies, from ``<root>/course.toml``.
+
+    The file (all of it optional)::
+
+        [late]
+        policy = "10%/day,cap=50%,grace=1h"      # the course's policy (default: none)
+
+        [assignments."01-rope"]
+        due = "2026-12-01T23:59:00+00:00"        # or a TOML date-time; no zone = UTC
+        policy = "zero"                          # this assignment's own policy
+
+    No file: no due dates, policy ``none``. A bad value or an unknown key raises a
+    one-line ValueError naming the file and the key.
+    """
+    path = Path(root) / SETTINGS_FILE
+    if not path.is_file():
+        return CourseSettings()
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: not valid TOML: {error}") from None
+    try:
+        read_table(data, ("late", "assignments"))
+        late = read_table(data.get("late", {}), ("policy",), "late")
+        default = read_setting(late, "policy", read_policy, "late") if "policy" in late else LatePolicy()
+        due_dates, policies = {}, {}
+        for name, table in read_table(data.get("assignments", {}), None, "assignments").items():
+            read_table(table, ("due", "policy"), "assignments", name)
+            if "due" in table:
+                due_dates[name] = read_setting(table, "due", read_due, "assignments", name)
+            if "policy" in table:
+                policies[name] = read_setting(table, "policy", read_policy, "assignments", name)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    return CourseSettings(default, due_dates, policies, path)
+
+
+def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) -> dict[str, Lateness]:
+    """Write ``assignment``'s due date and late penalties into the gradebook at ``db_url``.
+
+    The due date of ``course.toml`` (if it names one) becomes the gradebook's; each
+    submission's penalty is :func:`penalty` under the assignment's policy, from the
+    gradebook's due date with the student's extension, its timestamp and its current
+    score (manual grades included), and is stored on its notebooks the way nbgrader's
+    ``AssignLatePenalties`` stores it (no more on a notebook than that notebook
+    scores; ``None`` when there is no penalty). Run it after grading and again after
+    manual grading: a penalty in percent, or ``zero``, follows the score. Returns the
+    lateness of every submission, by student id. ValueError for an unknown assignment,
+    :class:`~autograder.core.gradebook.GradebookError` for a URL that cannot be a gradebook.
+    """
+    from nbgrader.api import MissingEntry
+
+    policy, due = settings.policy(assignment), settings.due(assignment)
+    with writing(db_url), open_gradebook(db_url) as gb:
+        try:
+            record = gb.find_assignment(assignment)
+        except MissingEntry:
+            raise ValueError(f"no assignment {assignment!r} in the gradebook {db_url}") from None
+        if due is not None:
+            record.duedate = due.astimezone(timezone.utc).replace(tzinfo=None)  # nbgrader: naive UTC
+        found = {}
+        for submission in record.submissions:
+            lateness = penalty(policy, submission.duedate, submission.timestamp, submission.score)
+            left = lateness.penalty
+            for notebook in sorted(submission.notebooks, key=lambda nb: nb.name):
+                share = min(left, max(notebook.score, 0.0))
+                notebook.late_submission_penalty = share or None
+                left -= share
+            found[submission.student_id] = lateness
+        gb.db.commit()
+    return found

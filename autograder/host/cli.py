@@ -1,0 +1,292 @@
+"""The instructor's command line: ``python -m autograder COMMAND --help``."""
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..core.gradebook import engine_url
+from ..core.limits import Limits
+from ..core.nbgrader_config import default_db_url
+
+DESCRIPTION = """\
+Grade the course's nbgrader assignments at class scale.
+
+Instructor workflow (run from the course root, the repository root):
+  1. python -m autograder generate --all     student versions: solutions/ -> release/
+  2. hand out release/<assignment>/<assignment>.ipynb (the book links them)
+  3. collect each student's notebook into submitted/<student>/<assignment>/
+  4. python -m autograder grade 01-rope      autograde everyone in parallel
+  5. grade manual answers in nbgrader's formgrader if needed, then
+     python -m autograder feedback 01-rope   regenerate feedback/ with those scores
+  6. python -m autograder export             one CSV of the whole gradebook
+See autograder/README.md for the details of limits and of the summary."""
+
+GRADE_HELP = """\
+Autograde every submitted/<student>/<ASSIGNMENT>/*.ipynb under the course root.
+
+Each notebook runs in a fresh, limited kernel (per-cell timeout, notebook wall
+clock, memory cap, output cap, no network when run as root). A cell that hangs,
+crashes or floods scores 0 and grading goes on with the next cell; one bad
+submission never stops the class. Edited or deleted test cells are restored and
+reported. Results go to the gradebook, autograded/, feedback/ (HTML without
+hidden tests) and grades.csv; a class summary is printed at the end. Re-grading
+replaces the earlier autograded scores (manual scores are kept)."""
+
+
+def _students(text):
+    return [s for s in text.split(",") if s] if text else None
+
+
+def known_assignment(root, assignment):
+    """Exit with one line unless ``assignment`` has source notebooks under ``root``."""
+    from .release import source_assignments
+
+    known = source_assignments(root)
+    if assignment not in known:
+        sys.exit(f"unknown assignment {assignment!r}: {Path(root).resolve() / 'solutions'} has "
+                 f"{', '.join(known) or 'none'}")
+
+
+def cmd_generate(args):
+    from .release import generate, source_assignments, stale_notebooks
+
+    names = source_assignments(args.root) if args.all else args.assignment
+    if not names:
+        sys.exit("name an assignment or use --all")
+    for name in names:
+        known_assignment(args.root, name)
+    stale = []
+    for name in names:
+        if args.check:
+            stale += stale_notebooks(name, args.root)
+        else:
+            print(f"generated {generate(name, args.root, db_url=args.db)}")
+    for path in stale:
+        print(f"stale: {path}")
+    if stale:
+        sys.exit(1)
+
+
+def cmd_grade(args):
+    from .driver import grade
+    from ..core.limits import Limits
+
+    limits = Limits(cell_timeout=args.timeout_cell, notebook_timeout=args.timeout_notebook,
+                    memory_mb=args.memory_mb, output_limit=args.output_limit,
+                    max_tasks=args.max_tasks, disk_mb=args.disk_mb)
+    grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs, limits=limits,
+          students=_students(args.students), progress=not args.no_progress, force=args.force,
+          late_policy=args.late_policy, scheduler=args.scheduler)
+
+
+def course_settings(args):
+    """The course's ``course.toml`` (due dates, late policy), or one line and exit 1."""
+    from ..core.policy import load_settings
+
+    try:
+        return load_settings(args.root)
+    except ValueError as error:
+        sys.exit(str(error))
+
+
+def refresh_late_penalties(args, db_url, assignments):
+    """Recompute late penalties from the current scores (manual grades change them)."""
+    from ..core.gradebook import GradebookError
+    from ..core.policy import apply_late_policy
+
+    settings = course_settings(args)
+    try:
+        for assignment in assignments:
+            apply_late_policy(db_url, assignment, settings)
+    except (ValueError, GradebookError) as error:
+        sys.exit(str(error))
+
+
+def existing_gradebook(args):
+    db_url = args.db or default_db_url(args.root)
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).exists():
+        sys.exit(f"no gradebook at {db_url[len('sqlite:///'):]}: grade something first")
+    return db_url
+
+
+def cmd_feedback(args):
+    import nbformat
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    from ..worker.feedback import install_mathjax, polish
+    from ..core.gradebook import open_gradebook
+    from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, course_config
+
+    known_assignment(args.root, args.assignment)
+    db_url = existing_gradebook(args)
+    refresh_late_penalties(args, db_url, [args.assignment])
+    root = Path(args.root).resolve()
+    for student in _students(args.students) or ["*"]:
+        c = course_config(root, db_url, args.assignment, student)
+        c.BaseConverter.force = True
+        GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
+    with open_gradebook(db_url) as gb:
+        manual = {(sub.student_id, g.name) for sub in gb.assignment_submissions(args.assignment)
+                  for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade}
+    for page in root.glob(f"{FEEDBACK}/*/{args.assignment}/*.html"):
+        student = page.parent.parent.name
+        graded = root / AUTOGRADED / student / args.assignment / f"{page.stem}.ipynb"
+        if graded.exists():
+            nb = nbformat.read(graded, as_version=4)
+            needs = {name for who, name in manual if who == student}
+            page.write_text(polish(page.read_text(), nb, needs))
+    install_mathjax(root / FEEDBACK)
+    print(f"feedback written to {root / FEEDBACK}")
+
+
+def cmd_export(args):
+    from .exports import export_csv, export_lms
+    from ..core.gradebook import GradebookError
+    from .release import source_assignments
+
+    if args.assignment:
+        known_assignment(args.root, args.assignment)
+    to = Path(args.to) if Path(args.to).is_absolute() else Path(args.root).resolve() / args.to
+    db_url = existing_gradebook(args)
+    assignments = [args.assignment] if args.assignment else source_assignments(args.root)
+    refresh_late_penalties(args, db_url, assignments)
+    try:
+        if args.lms:
+            export_lms(db_url, to, args.lms, assignments)
+        else:
+            export_csv(db_url, to, assignments)
+    except (ValueError, GradebookError) as error:
+        sys.exit(str(error))
+    print(f"exported to {to}")
+
+
+def cmd_roster(args):
+    from ..core.gradebook import GradebookError
+    from .roster import read_roster, roster_report, sync_roster
+
+    path = Path(args.file) if Path(args.file).is_absolute() else Path(args.root).resolve() / args.file
+    try:
+        entries = read_roster(path)
+        db_url = args.db or default_db_url(args.root)
+        sync_roster(db_url, entries)
+        print(f"{len(entries)} student(s) from {path} in the gradebook")
+        if args.check:
+            known_assignment(args.root, args.check)
+            report = roster_report(db_url, args.check, entries)
+            print(f"on the roster, no submission of {args.check}: {', '.join(report.missing) or 'none'}")
+            print(f"submitted, not on the roster: {', '.join(report.not_on_roster) or 'none'}")
+    except (OSError, ValueError, GradebookError) as error:
+        sys.exit(str(error))
+
+
+def late_policy(text):
+    from ..core.policy import LatePolicy
+
+    try:
+        return LatePolicy.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def parser():
+    top = argparse.ArgumentParser(prog="python -m autograder", description=DESCRIPTION,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", default=".", help="course root (default: the current directory)")
+    common.add_argument("--db", default=None, type=engine_url,
+                        help="gradebook SQLAlchemy URL (default: sqlite:///ROOT/gradebook.db); "
+                             "postgresql://USER@HOST:PORT/DB for a PostgreSQL server")
+    common.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser("generate", parents=[common], formatter_class=raw,
+                       help="generate student versions into release/",
+                       description="Run nbgrader generate_assignment from solutions/<id>/ into "
+                                   "release/<id>/ (hidden tests and solutions removed).\n"
+                                   "With --check, write nothing and list committed student "
+                                   "versions that are stale (exit status 1 if any).")
+    p.add_argument("assignment", nargs="*", help="assignment id(s), e.g. 01-rope")
+    p.add_argument("--all", action="store_true", help="every assignment under solutions/")
+    p.add_argument("--check", action="store_true", help="only report stale student versions")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("grade", parents=[common], formatter_class=raw,
+                       help="autograde every submission of an assignment", description=GRADE_HELP)
+    p.add_argument("assignment", help="assignment id, e.g. 01-rope")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count(),
+                   help="submissions graded in parallel (default: number of cores)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="grade on the workers of this Dask scheduler instead of local processes "
+                        "(see autograder/README.md, 'Grading on a cluster')")
+    d = Limits()
+    p.add_argument("--timeout-cell", type=int, default=d.cell_timeout, metavar="S",
+                   help=f"seconds one cell may run, its tests included (default {d.cell_timeout})")
+    p.add_argument("--timeout-notebook", type=float, default=d.notebook_timeout, metavar="S",
+                   help=f"seconds a whole notebook may run (default {d.notebook_timeout:g})")
+    p.add_argument("--memory-mb", type=int, default=d.memory_mb, metavar="M",
+                   help=f"memory of each kernel in MiB, 0 = none (default {d.memory_mb})")
+    p.add_argument("--output-limit", type=int, default=d.output_limit, metavar="BYTES",
+                   help="output kept per cell; beyond it the cell is stopped and scores 0 "
+                        f"(default {d.output_limit})")
+    p.add_argument("--max-tasks", type=int, default=d.max_tasks, metavar="N",
+                   help=f"processes and threads of each kernel (default {d.max_tasks})")
+    p.add_argument("--disk-mb", type=int, default=d.disk_mb, metavar="M",
+                   help=f"size of each kernel's private scratch folder in MiB (default {d.disk_mb})")
+    p.add_argument("--students", default=None, metavar="A,B",
+                   help="grade only these students (comma-separated ids)")
+    p.add_argument("--force", action="store_true",
+                   help="re-grade submissions that are unchanged since they were last graded")
+    p.add_argument("--late-policy", type=late_policy, default=None, metavar="SPEC",
+                   help="late policy for this assignment, overriding course.toml: none, zero, "
+                        "'zero,grace=15m', '10%%/day,cap=50%%,grace=1h', '2/hour,cap=10'")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("feedback", parents=[common], formatter_class=raw,
+                       help="regenerate feedback HTML from the gradebook",
+                       description="Write feedback/<student>/<ASSIGNMENT>/*.html from autograded/ "
+                                   "and the gradebook's current scores (manual grades included). "
+                                   "Hidden tests are removed. `grade` already writes feedback; run "
+                                   "this after manual grading.")
+    p.add_argument("assignment", help="assignment id, e.g. 01-rope")
+    p.add_argument("--students", default=None, metavar="A,B", help="only these students")
+    p.set_defaults(func=cmd_feedback)
+
+    p = sub.add_parser("export", parents=[common], formatter_class=raw,
+                       help="export the gradebook to CSV",
+                       description="Export scores from the gradebook (nbgrader's CSV format: one "
+                                   "row per student and assignment, manual grades and late "
+                                   "penalties applied).")
+    p.add_argument("assignment", nargs="?", help="only this assignment (default: all)")
+    p.add_argument("--to", default="gradebook_export.csv", help="output file, relative to the "
+                   "course root or absolute (default gradebook_export.csv)")
+    p.add_argument("--lms", choices=("canvas", "moodle"), default=None,
+                   help="write the layout this LMS imports instead of the full CSV")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("roster", parents=[common], formatter_class=raw,
+                       help="load roster.csv (names, emails, LMS ids) into the gradebook",
+                       description="Read the roster (columns student_id, name, email, lms_id) and "
+                                   "put every student in the gradebook; with --check, list roster "
+                                   "students with no submission of an assignment and submissions "
+                                   "not on the roster. grade reads roster.csv by itself.")
+    p.add_argument("--file", default="roster.csv", help="the roster, relative to the course root "
+                   "or absolute (default roster.csv)")
+    p.add_argument("--check", default=None, metavar="ASSIGNMENT",
+                   help="compare the roster with the submissions of ASSIGNMENT")
+    p.set_defaults(func=cmd_roster)
+    return top
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(message)s")
+    if not args.verbose:
+        logging.getLogger("traitlets").setLevel(logging.ERROR)
+    args.func(args)
+

@@ -1,0 +1,179 @@
+"""Grading on a Dask cluster, the client: ``grade ASSIGNMENT --scheduler tcp://HOST:8786``.
+
+The client (the ``grade`` process, on the instructor's machine) does everything it does
+for a local run — the course lock, the student version, the class gradebook, the files,
+the progress bar and the summary — except the grading itself: each submission becomes one
+Dask task (:func:`autograder.worker.plugin.grade_task`), which runs the very pipeline a local
+worker runs on whichever Dask worker the scheduler picks. A score never depends on where it was
+graded. What runs on the workers is :mod:`autograder.worker.plugin`.
+
+* A task carries the student's handed-in files as bytes and returns a
+  :class:`~autograder.core.results.StudentResult` (scores, status, flags, the autograded
+  notebook and the feedback page as bytes). Only the client records.
+* A worker that dies mid-task (SIGKILL, a lost host) is replaced by its nanny and the
+  scheduler sends the task elsewhere; a submission whose grading kills two workers fails
+  with ``KilledWorker`` (the grading cluster runs with ``allowed-failures 1``: the settings in
+  ``autograder/README.md``, *Grading on a cluster*) and is recorded as an error, and the class
+  goes on.
+* Tasks are submitted longest-expected-first (the last run's time of each student; Dask's
+  work stealing evens out the rest), one per worker thread at a time, so a class
+  of 60,000 notebooks never sits in the scheduler's memory at once.
+"""
+
+from pathlib import Path
+from time import monotonic
+
+from ..core.nbgrader_config import SUBMITTED
+from ..core.results import ERROR, StudentResult
+from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task, grader_digest
+
+CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
+# Tasks the cluster holds at once, per worker thread. One: a worker then holds only the
+# submission it grades. A second task waiting on the same worker would count as "suspicious"
+# when that worker dies, so an honest submission queued behind two worker-killing ones would
+# be failed for them (allowed-failures 1).
+IN_FLIGHT_PER_THREAD = 1
+
+
+class ClusterError(Exception):
+    """The cluster cannot grade (unreachable, no workers, no sandbox): one line for the instructor."""
+
+
+def handed_in(root, assignment, student):
+    """The files a student handed in (top level of their folder), by name: what a task carries."""
+    folder = Path(root) / SUBMITTED / student / assignment
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def connect(address):
+    """A ``distributed.Client`` for the scheduler at ``address`` with at least one worker.
+
+    Raises :class:`ClusterError` with one line when the scheduler cannot be reached or has
+    no worker; nothing is written anywhere before this succeeds.
+    """
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as error:
+        raise ClusterError(f"--scheduler: cannot reach the Dask scheduler at {address} "
+                           f"({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+                           ) from None
+    try:
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError):
+        client.close()
+        raise ClusterError(f"--scheduler: the Dask scheduler at {address} has no workers: start "
+                           f"them with `dask worker {address} --nworkers N --nthreads 1`") from None
+    return client
+
+
+def check_workers(client):
+    """Raise :class:`ClusterError` unless every worker grades with the client's own grader code."""
+    try:
+        theirs = client.run(grader_digest)
+    except Exception as error:  # noqa: BLE001 - e.g. a worker that cannot import autograder
+        raise ClusterError(f"--scheduler: the workers cannot run the grader ({type(error).__name__}: "
+                           f"{error}); start them with the course on PYTHONPATH") from None
+    mine = grader_digest()
+    differ = sorted(address for address, digest in theirs.items() if digest != mine)
+    if differ:
+        raise ClusterError(f"--scheduler: {len(differ)} worker(s) run other grader code than this "
+                           f"checkout ({', '.join(differ[:3])}): update their course copy")
+
+
+def worker_threads(client):
+    """Grading slots of the cluster: the sum of its workers' threads."""
+    return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
+
+
+def run_cluster(client, settings, students, expected, watchdog, on_result):
+    """Grade ``students`` on the Dask cluster of ``client``; ``on_result(result)`` in the client.
+
+    ``expected``: seconds each student is expected to take (the longest go first).
+    ``watchdog``: seconds after which a task that has not come back is given up as an error
+    (its worker is restarted). Any exception (an interruption included) cancels the run's
+    tasks and removes its plugin, which kills the run's kernels on every worker.
+    """
+    from distributed import wait
+
+    payload = RunPayload(
+        settings=settings,
+        release={p.name: p.read_bytes() for p in sorted(Path(settings.release_dir).glob("*.ipynb"))},
+        template_db=Path(settings.template_db).read_bytes())
+    plugin = GradingPlugin(payload)
+    try:
+        client.register_plugin(plugin, name=plugin.name)
+    except Exception as error:  # noqa: BLE001 - any failure of setup on a worker
+        raise ClusterError(f"--scheduler: the workers cannot grade: {error}") from None
+    pending = sorted(students, key=lambda s: (-expected.get(s, 0.0), s))
+    window = IN_FLIGHT_PER_THREAD * worker_threads(client)
+    running = {}  # future -> (student, submitted at)
+
+    def fill_window():
+        while pending and len(running) < window:
+            student = pending.pop(0)
+            future = client.submit(grade_task, plugin.name, student,
+                                   handed_in(settings.root, settings.assignment, student),
+                                   key=f"grade-{settings.run_id}-{student}", pure=False,
+                                   retries=0)
+            running[future] = (student, monotonic())
+
+    try:
+        while pending or running:
+            fill_window()
+            try:
+                with client.as_current():
+                    done = wait(list(running), timeout=1.0, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                done = ()
+            finished = [(future, *running.pop(future)) for future in done]
+            fill_window()  # the freed threads get their next submission before the client records
+            for future, student, since in finished:
+                on_result(collect(future, student, monotonic() - since))
+            for future, (student, since) in list(running.items()):
+                if monotonic() - since > watchdog:
+                    running.pop(future)
+                    give_up(client, future)
+                    on_result(StudentResult(student=student, status=ERROR,
+                                            error=f"gave up after {monotonic() - since:.0f} s",
+                                            seconds=monotonic() - since))
+    except BaseException:
+        client.cancel(list(running), force=True)
+        raise
+    finally:
+        try:
+            client.unregister_worker_plugin(plugin.name)
+            client.run(forget_plugin, plugin.name, on_error="ignore")
+        except Exception:  # noqa: BLE001 - the cluster may be gone; workers clean up at exit
+            pass
+
+
+def collect(future, student, seconds):
+    """The StudentResult of a finished task, or an error result saying why there is none."""
+    from distributed import KilledWorker
+
+    try:
+        result = future.result()
+    except KilledWorker:
+        return StudentResult(student=student, status=ERROR, seconds=seconds,
+                             error="grading this submission killed two workers")
+    except Exception as error:  # noqa: BLE001 - a task that raised: the class goes on
+        return StudentResult(student=student, status=ERROR, seconds=seconds,
+                             error=f"{type(error).__name__}: {error}"[:500])
+    if not isinstance(result, StudentResult) or result.student != student:
+        return StudentResult(student=student, status=ERROR, seconds=seconds,
+                             error="the worker returned something else than this student's result")
+    return result
+
+
+def give_up(client, future):
+    """Cancel a task that ran past the watchdog and restart the worker that runs it."""
+    key = future.key
+    busy = [address for address, keys in client.processing().items() if key in keys]
+    client.cancel([future], force=True)
+    if busy:
+        try:
+            client.restart_workers(busy, timeout=60)
+        except Exception:  # noqa: BLE001 - a worker that cannot be restarted is the cluster's
+            pass

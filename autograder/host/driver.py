@@ -1,0 +1,387 @@
+"""``python -m autograder grade``: grade a whole class, in parallel, safely.
+
+The parent process
+
+1. takes the course's lock (a second ``grade`` on the same course is refused with
+   a message naming the running one), generates the student version into a
+   scratch folder and registers the assignment in the class gradebook and in a
+   scratch *template* gradebook;
+2. starts ``jobs`` worker processes (:mod:`autograder.worker.pipeline`), each with its own
+   copy of the template gradebook, and hands them one student at a time
+   (students whose submission is unchanged since it was last graded are skipped,
+   unless ``force``);
+3. records every :class:`~autograder.core.results.StudentResult` in the class
+   gradebook as it arrives, then writes its autograded notebook and feedback
+   page (only the parent writes under the course root, so the gradebook and the
+   files always agree, and parallel workers cannot corrupt anything);
+4. replaces a worker that dies or runs past its watchdog (the student is
+   recorded as an error with zero marks, the class goes on);
+5. on SIGINT, SIGTERM or SIGHUP stops at once: workers and their sandboxed
+   kernels are killed, scratch folders and cgroups removed, and what was recorded
+   so far stays recorded (running ``grade`` again finishes the rest);
+6. writes ``grades.csv`` and prints the class summary; keeps the worker log of
+   every student whose grading failed under ``logs/``.
+
+With ``scheduler`` (``--scheduler tcp://HOST:8786``), step 2 runs on an existing Dask
+cluster instead (:mod:`autograder.host.cluster`): one task per submission, the same
+per-submission pipeline on every Dask worker; everything else stays in this process.
+Students go longest-expected-first, by the time their last grading took.
+"""
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from time import monotonic
+
+import nbformat
+
+from ..core.cells import grade_id, is_test_cell
+from ..core.gradebook import (GradebookError, advisory_lock, check_url, engine_url, is_postgres,
+                              lock_holder, open_gradebook, record, writing)
+from ..core.limits import Limits
+from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
+from ..core.policy import apply_late_policy, load_settings
+from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
+from ..sandbox.launcher import unavailable_reason
+from ..worker.feedback import install_mathjax
+from ..worker.pipeline import Settings, submission_digest
+from ..worker.similarity import similar_pairs
+from . import summary
+from .pool import run_pool
+from .release import generate
+from .roster import read_roster, roster_report, sync_roster
+
+LOCK = ".autograder.lock"
+STAMP = ".autograder.json"  # beside each autograded submission: the digest it was graded from
+LOGS = "logs"
+ROSTER = "roster.csv"
+
+
+class Interrupted(Exception):
+    """The driver received SIGINT, SIGTERM or SIGHUP."""
+
+
+def find_students(root, assignment, only=None):
+    """Students with at least one notebook in ``submitted/<student>/<assignment>/``."""
+    base = Path(root) / SUBMITTED
+    if not base.is_dir():
+        raise SystemExit(f"no {SUBMITTED}/ folder under {root}: collect submissions into "
+                         f"{SUBMITTED}/<student>/{assignment}/ first")
+    found = sorted(d.name for d in base.iterdir()
+                   if (d / assignment).is_dir()
+                   and any(p.suffix == ".ipynb" for p in (d / assignment).iterdir()))
+    if only:
+        unknown = sorted(set(only) - set(found))
+        if unknown:
+            raise SystemExit(f"no submission of {assignment} for: {', '.join(unknown)}")
+        found = [s for s in found if s in only]
+    return found
+
+
+def test_cells(release_dir):
+    """(notebook, grade_id) of every autograded test cell of the student version."""
+    tests = []
+    for path in sorted(Path(release_dir).glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        tests += [(path.stem, grade_id(c)) for c in nb.cells if is_test_cell(c)]
+    return tests
+
+
+def flag_similar(results):
+    """Flag students whose functions look copied from each other (for a human to look at)."""
+    by_student = {r.student: r for r in results}
+    for student, other, function, share in similar_pairs({r.student: r.functions for r in results}):
+        for me, them in ((student, other), (other, student)):
+            result = by_student[me]
+            result.flags = sorted(set(result.flags) | {"similar-to-classmate"})
+            result.similar.append(f"{function} ~ {them} ({share:.0%})")
+
+
+def write_files(root, files):
+    """Write ``{path under root: bytes}``, each file atomically, replacing what a re-grade replaces."""
+    folders = {Path(p).parts[:3] for p in files}  # (kind, student, assignment)
+    for parts in folders:
+        shutil.rmtree(Path(root, *parts), ignore_errors=True)
+    for relative, data in files.items():
+        path = Path(root) / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
+def stamp_path(root, student, assignment):
+    return Path(root) / AUTOGRADED / student / assignment / STAMP
+
+
+def up_to_date(root, db_url, assignment, students):
+    """Students whose submission is unchanged since it was graded and recorded."""
+    from nbgrader.api import MissingEntry
+
+    fresh = []
+    with open_gradebook(db_url) as gb:
+        for student in students:
+            try:
+                stamp = json.loads(stamp_path(root, student, assignment).read_text())
+                gb.find_submission(assignment, student)
+            except (OSError, ValueError, MissingEntry):
+                continue
+            folder = Path(root) / SUBMITTED / student / assignment
+            if stamp.get("digest") == submission_digest(folder):
+                fresh.append(student)
+    return fresh
+
+
+class CourseLock:
+    """Who may grade now: one run per course, or per assignment with a PostgreSQL gradebook.
+
+    With an SQLite gradebook (one file on one machine) the lock is ``<root>/.autograder.lock``,
+    exclusive for the whole course: the file says who holds it (host, pid, assignment, start
+    time), and the kernel releases it when that process ends, however it ends. With a
+    PostgreSQL gradebook the lock is a PostgreSQL advisory lock named after the assignment,
+    so it holds across every host that grades into that gradebook: runs of *different*
+    assignments go on at once (their writes are serialized by
+    :func:`autograder.core.gradebook.writing`), a second run of the same assignment is refused,
+    and the server releases the lock when the holder's connection ends.
+    """
+
+    def __init__(self, root, assignment, db_url):
+        self.path, self.assignment, self.db_url = Path(root) / LOCK, assignment, db_url
+        self.fd = self.held = None
+
+    def label(self):
+        return (f"grade {self.assignment}, pid {os.getpid()} on {socket.gethostname()}, "
+                f"since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
+
+    def refuse(self, holder):
+        raise SystemExit(f"another grading run holds this course: {holder or 'another run'}; "
+                         "wait for it to finish (or stop it) and run grade again")
+
+    def __enter__(self):
+        if is_postgres(self.db_url):
+            name = f"autograder:grade:{self.assignment}"
+            self.held = advisory_lock(self.db_url, name, label=self.label(), wait=False)
+            if self.held.__enter__() is None:
+                self.held.__exit__(None, None, None)
+                self.refuse(lock_holder(self.db_url, name))
+            return self
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(self.fd, 1000).decode(errors="replace").strip()
+            os.close(self.fd)
+            self.refuse(holder)
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, (self.label() + "\n").encode())
+        return self
+
+    def __exit__(self, *exc):
+        if self.held is not None:
+            self.held.__exit__(None, None, None)
+            return
+        os.ftruncate(self.fd, 0)
+        os.close(self.fd)
+
+
+class Signals:
+    """Turn SIGINT, SIGTERM and SIGHUP into :class:`Interrupted` while grading."""
+
+    NAMES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self):
+        self.saved = {s: signal.signal(s, self.handle) for s in self.NAMES}
+        return self
+
+    def handle(self, signum, frame):
+        for s in self.NAMES:  # a second signal during the clean-up must not cut it short
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signal.Signals(signum).name)
+
+    def __exit__(self, *exc):
+        for s, handler in self.saved.items():
+            signal.signal(s, handler)
+
+
+def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=None,
+          progress=True, out=None, sandboxed=True, force=False, late_policy=None, scheduler=None):
+    """Grade every submission of ``assignment``; return the list of :class:`StudentResult`.
+
+    Writes the gradebook, ``autograded/``, ``feedback/`` and ``grades.csv``
+    under ``root`` and prints the class summary to ``out`` (default stdout).
+    Submissions unchanged since they were graded are skipped unless ``force``.
+    Due dates and the late policy come from ``course.toml`` (``late_policy``, a
+    :class:`~autograder.core.policy.LatePolicy`, overrides its policy); names come from
+    ``roster.csv`` when the course has one, and its students with no submission
+    are listed as missing.
+    ``sandboxed=False`` runs kernels without the OS sandbox: only for notebooks
+    you trust (e.g. checking the instructor's own solutions). Bad input (an
+    unknown assignment, no submissions, a gradebook URL that cannot work) raises
+    ``SystemExit`` with one line and changes nothing; an interrupted run raises
+    ``SystemExit`` after recording what was finished.
+    ``scheduler``: the address of a Dask scheduler (``tcp://HOST:8786``) whose workers
+    grade instead of local processes (``jobs`` is then the cluster's); a scheduler that
+    cannot be reached, or workers that cannot grade, is one line and changes nothing.
+    """
+    from .release import source_assignments
+
+    root = Path(root).resolve()
+    limits = limits or Limits()
+    db_url = engine_url(db_url or default_db_url(root))
+    known = source_assignments(root)
+    if assignment not in known:
+        raise SystemExit(f"unknown assignment {assignment!r}: {root / SOURCE} has "
+                         f"{', '.join(known) or 'none'}")
+    try:
+        check_url(db_url)
+        course = load_settings(root)
+        roster = read_roster(root / ROSTER) if (root / ROSTER).is_file() else None
+    except (GradebookError, ValueError) as error:
+        raise SystemExit(str(error)) from None
+    if late_policy is not None:
+        course = replace(course, policies={**course.policies, assignment: late_policy})
+    names = find_students(root, assignment, students)
+    if not names:
+        raise SystemExit(f"no submissions of {assignment} under {root / SUBMITTED}: nothing graded")
+    client = connect_cluster(scheduler, sandboxed) if scheduler else None
+    try:
+        if client is None and sandboxed and (reason := unavailable_reason()):
+            raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
+        if client is not None:
+            from .cluster import worker_threads
+
+            jobs = worker_threads(client)
+        jobs = max(1, jobs or os.cpu_count() or 1)
+        with CourseLock(root, assignment, db_url), Signals():
+            return _grade_class(assignment, root, db_url, jobs, limits, names, progress, out,
+                                sandboxed, force, course, roster, client)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def connect_cluster(scheduler, sandboxed):
+    """A Dask client whose workers can all grade with this grader, or one line and exit."""
+    from .cluster import ClusterError, check_workers, connect
+
+    try:
+        client = connect(scheduler)
+    except ClusterError as error:
+        raise SystemExit(str(error)) from None
+    try:
+        check_workers(client)
+        if sandboxed:
+            reasons = {r for r in client.run(unavailable_reason).values() if r}
+            if reasons:
+                raise ClusterError(f"--scheduler: cannot grade untrusted notebooks safely on the "
+                                   f"workers: {'; '.join(sorted(reasons))}")
+    except ClusterError as error:
+        client.close()
+        raise SystemExit(str(error)) from None
+    return client
+
+
+def expected_seconds(root, assignment, students):
+    """How long each student's last grading took (from the stamps), for longest-first order."""
+    seconds = {}
+    for student in students:
+        try:
+            seconds[student] = float(json.loads(stamp_path(root, student, assignment)
+                                                .read_text()).get("seconds", 0.0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    return seconds
+
+
+def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, sandboxed, force,
+                 course, roster, client=None):
+    workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
+    os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
+    start, results, stopped = monotonic(), [], None
+    tests, settings = [], None
+    try:
+        release = generate(assignment, root, release_dir=workdir / "release",
+                           db_url=f"sqlite:///{workdir}/template.db")
+        tests = test_cells(release)
+        settings = Settings(
+            root=str(root), assignment=assignment, template_db=str(workdir / "template.db"),
+            release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed,
+            run_id=workdir.name.rsplit("-", 1)[-1], course=course)
+        with writing(db_url):
+            with open_gradebook(db_url):  # created (and made ready) before nbgrader writes it
+                pass
+            generate(assignment, root, release_dir=workdir / "release-db", db_url=db_url)
+        if roster:
+            sync_roster(db_url, roster)
+        install_mathjax(root / FEEDBACK)
+        skipped = [] if force else up_to_date(root, db_url, assignment, names)
+        todo = [n for n in names if n not in skipped]
+        n_notebooks = max(1, len(list(release.glob("*.ipynb"))))
+        watchdog = n_notebooks * (limits.notebook_timeout + 60) + 60
+        bar = summary.Progress(len(todo), enabled=progress)
+
+        def on_result(result):
+            signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
+            try:
+                keep(root, db_url, assignment, result)
+                results.append(result)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
+            bar.update(result.student)
+
+        expected = expected_seconds(root, assignment, todo)
+        try:
+            if client is None:
+                todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
+                run_pool(settings, todo, jobs, watchdog, on_result)
+            else:
+                from .cluster import ClusterError, run_cluster
+
+                try:
+                    run_cluster(client, settings, todo, expected, watchdog, on_result)
+                except ClusterError as error:
+                    raise SystemExit(str(error)) from None
+        except Interrupted as signal_name:
+            stopped = str(signal_name)
+        bar.close()
+    finally:
+        if settings is not None:
+            kill_run_cgroups(settings.run_id)
+        sweep_cgroups()
+        shutil.rmtree(workdir, ignore_errors=True)
+    results.sort(key=lambda r: r.student)
+    flag_similar(results)
+    lateness = apply_late_policy(db_url, assignment, course) if settings is not None else {}
+    absent = roster_report(db_url, assignment, roster) if roster and settings is not None else None
+    summary.write_csv(root / "grades.csv", assignment, results, tests, lateness=lateness,
+                      missing=absent.missing if absent else ())
+    if settings is not None:
+        summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out,
+                       skipped=[] if stopped else skipped, lateness=lateness, roster=absent)
+    if stopped:
+        raise SystemExit(f"stopped by {stopped}: {len(results)} submission(s) recorded, "
+                         f"{len(todo) - len(results)} not graded; run grade again to finish")
+    return results
+
+
+def keep(root, db_url, assignment, result):
+    """Record ``result``: gradebook first, then its files, then the stamp that marks it done."""
+    stamp = stamp_path(root, result.student, assignment)
+    stamp.unlink(missing_ok=True)
+    result.score, result.max_score, result.needs_manual = record(db_url, assignment, result)
+    write_files(root, result.files)
+    if result.status != "ok" and result.log:
+        log = Path(root) / LOGS / assignment / f"{result.student}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(result.log)
+    if result.digest:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"digest": result.digest, "status": result.status,
+                                     "seconds": round(result.seconds, 3)}))

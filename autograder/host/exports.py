@@ -1,0 +1,233 @@
+"""Grades out of the gradebook, into CSV for the instructor and for an LMS.
+
+The gradebook is the one source of grades: every export here reads it (never
+``grades.csv``, which holds only the autograded run). nbgrader's
+``SubmittedAssignment.score`` is the sum of its cells' scores, a manual score
+taking precedence over the automatic one (extra credit added); the late penalty is
+stored apart, per notebook (``late_submission_penalty``, written by nbgrader's
+``AssignLatePenalties`` or :func:`autograder.core.policy.apply_late_policy`). A score
+here is therefore ``max(0, score - penalty)``, as nbgrader's own CSV export
+computes it.
+
+* :func:`student_grades`: one :class:`StudentGrade` per student and assignment;
+* :func:`export_csv`: all of it, one row each, with the late columns and a status;
+* :func:`export_lms`: the import file of an LMS gradebook (``canvas``, ``moodle``).
+
+Every gradebook student appears, on the roster or not; a student without a
+submission is ``missing`` (an empty cell in an LMS file, never 0). Files are
+written to a temporary file beside the target and moved over it at the end, so an
+export that fails leaves the target as it was.
+"""
+
+import csv
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from ..core.gradebook import open_gradebook
+
+CSV_COLUMNS = ("student_id", "name", "email", "lms_id", "assignment", "duedate", "submitted_at",
+               "late_by", "late_penalty", "score", "max_score", "needs_manual", "status")
+CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+LAYOUTS = ("canvas", "moodle")
+GRADED, MISSING = "graded", "missing"
+
+
+@dataclass(frozen=True)
+class StudentGrade:
+    """One student's standing on one assignment, as the gradebook holds it.
+
+    Times are aware UTC datetimes. ``duedate`` is the student's own (extension
+    included). A missing submission has ``status`` ``"missing"`` and ``None`` in
+    every field that comes from a submission.
+    """
+
+    student_id: str
+    first_name: str | None
+    last_name: str | None
+    email: str | None
+    lms_id: str | None
+    assignment: str
+    duedate: datetime | None
+    max_score: float
+    status: str = MISSING
+    submitted_at: datetime | None = None
+    late_by: timedelta | None = None
+    late_penalty: float | None = None
+    score: float | None = None
+    needs_manual: bool | None = None
+
+    @property
+    def name(self) -> str:
+        """``First Last``, or what there is of it."""
+        return " ".join(part for part in (self.first_name, self.last_name) if part)
+
+
+def utc(moment: datetime | None) -> datetime | None:
+    """A gradebook time (naive UTC) as an aware UTC datetime."""
+    return None if moment is None else moment.replace(tzinfo=timezone.utc)
+
+
+def student_grades(db_url: str, assignments: Iterable[str] | None = None) -> Iterator[StudentGrade]:
+    """Every student of the gradebook at ``db_url`` on each assignment, lazily.
+
+    ``assignments``: names, in the order wanted (default: every assignment of the
+    gradebook, by name); students come by id within each. An assignment the
+    gradebook does not know raises a ValueError naming it when it is reached, as
+    does a SQLite gradebook file that does not exist.
+    """
+    from nbgrader.api import MissingEntry
+
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
+        raise ValueError(f"no gradebook at {db_url[len('sqlite:///'):]}")
+    with open_gradebook(db_url) as gb:
+        names = list(dict.fromkeys(assignments)) if assignments is not None \
+            else sorted(a.name for a in gb.assignments)
+        students = sorted(gb.students, key=lambda s: s.id)
+        for name in names:
+            try:
+                assignment = gb.find_assignment(name)
+            except MissingEntry:
+                raise ValueError(f"no assignment {name!r} in the gradebook {db_url}") from None
+            submissions = {s.student_id: s for s in assignment.submissions}
+            for student in students:
+                known = dict(student_id=student.id, first_name=student.first_name,
+                             last_name=student.last_name, email=student.email,
+                             lms_id=student.lms_user_id, assignment=name,
+                             max_score=float(assignment.max_score))
+                sub = submissions.get(student.id)
+                if sub is None:
+                    yield StudentGrade(duedate=utc(assignment.duedate), **known)
+                    continue
+                late_penalty = float(sub.late_submission_penalty)
+                yield StudentGrade(
+                    duedate=utc(sub.duedate), status=GRADED, submitted_at=utc(sub.timestamp),
+                    late_by=timedelta(seconds=sub.total_seconds_late), late_penalty=late_penalty,
+                    score=max(0.0, sub.score - late_penalty),
+                    needs_manual=bool(sub.needs_manual_grade), **known)
+
+
+def points(x: float | None) -> str:
+    """A score as the files write it: at most two decimals, no trailing zeros; ``None`` -> empty."""
+    return "" if x is None else f"{x:.2f}".rstrip("0").rstrip(".")
+
+
+def write_csv_atomically(path: str | Path, rows: Iterable[Iterable[str]]) -> None:
+    """Write ``rows`` to ``path`` through a temporary file in the same folder.
+
+    The temporary file is moved over ``path`` (``os.replace``) only once every row
+    is written and on disk; if ``rows`` raises, it is removed and ``path`` is left
+    as it was. The file is readable by its owner only (mode 0600: grades are private).
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise ValueError(f"cannot write {path}: the folder {path.parent} does not exist")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def csv_rows(grades: Iterable[StudentGrade]) -> Iterator[list[str]]:
+    """The header and one row per grade, in :data:`CSV_COLUMNS` order."""
+    yield list(CSV_COLUMNS)
+    for g in grades:
+        late_by = "" if g.late_by is None else f"{g.late_by.total_seconds() / 3600:.1f}"
+        yield [g.student_id, g.name, g.email or "", g.lms_id or "", g.assignment,
+               g.duedate.isoformat() if g.duedate else "",
+               g.submitted_at.isoformat() if g.submitted_at else "",
+               late_by, points(g.late_penalty), points(g.score), points(g.max_score),
+               "" if g.needs_manual is None else str(g.needs_manual), g.status]
+
+
+def export_csv(db_url: str, path: str | Path, assignments: Iterable[str] | None = None) -> None:
+    """Write one row per student and assignment of the gradebook at ``db_url`` to ``path``.
+
+    Columns (:data:`CSV_COLUMNS`): ``student_id``, ``name``, ``email``, ``lms_id``,
+    ``assignment``, ``duedate`` (the student's, extension included) and
+    ``submitted_at`` (ISO 8601, UTC), ``late_by`` (hours, one decimal),
+    ``late_penalty`` and ``score`` (points, the penalty already taken off),
+    ``max_score``, ``needs_manual`` (``True`` while a manually graded cell awaits
+    its grade), ``status`` (``graded``, or ``missing`` with the submission's cells
+    empty). ``assignments``: only these, in this order (default: all, by name).
+    """
+    write_csv_atomically(path, csv_rows(student_grades(db_url, assignments)))
+
+
+def canvas_rows(grades: list[StudentGrade], names: list[str], max_scores: dict[str, float]):
+    """Canvas's gradebook import: student columns, then one column per assignment."""
+    yield list(CANVAS_COLUMNS) + names
+    yield ["Points Possible", "", "", "", ""] + [points(max_scores[n]) for n in names]
+    for student, scores in by_student(grades).items():
+        g = scores[names[0]]
+        label = ", ".join(p for p in (g.last_name, g.first_name) if p) or g.student_id
+        yield [label, g.lms_id or "", "", "", ""] + [points(scores[n].score) for n in names]
+
+
+def moodle_rows(grades: list[StudentGrade], names: list[str]):
+    """Moodle's grade import: ``Email address``, then one column per assignment."""
+    students = by_student(grades)
+    unknown = sorted(s for s, scores in students.items() if not scores[names[0]].email)
+    if unknown:
+        raise ValueError(f"moodle: no email address in the gradebook for {', '.join(unknown)} "
+                         "(add it to roster.csv and sync the roster)")
+    yield ["Email address"] + names
+    for scores in students.values():
+        yield [scores[names[0]].email] + [points(scores[n].score) for n in names]
+
+
+def by_student(grades: list[StudentGrade]) -> dict[str, dict[str, StudentGrade]]:
+    """student id -> assignment -> grade, students in the order the grades come."""
+    table: dict[str, dict[str, StudentGrade]] = {}
+    for g in grades:
+        table.setdefault(g.student_id, {})[g.assignment] = g
+    return table
+
+
+def export_lms(db_url: str, path: str | Path, layout: str,
+               assignments: Iterable[str] | None = None) -> None:
+    """Write the gradebook at ``db_url`` to ``path`` as an LMS gradebook import file.
+
+    One row per gradebook student, one column per assignment (``assignments``, in
+    this order; default: all, by name), holding the score after the late penalty;
+    a missing submission is an empty cell, never 0.
+
+    ``layout="canvas"``: Canvas's *Gradebook > Import* CSV. Columns ``Student``,
+    ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``, then the assignments, and
+    a first data row ``Points Possible`` with each assignment's maximum. Canvas needs
+    the header's student columns (``Section`` last, left empty here) and, in each
+    row, the student's name (``Last, First``) and ``ID``, the Canvas user id: the
+    roster's ``lms_id``. It matches a student by ``ID``, else by name, and shows the
+    students it cannot match in its preview. An assignment column matches the Canvas
+    assignment of the same title (``Title (canvas id)`` matches by id); an unknown
+    title becomes a new assignment worth its ``Points Possible``. An empty cell is
+    no score.
+
+    ``layout="moodle"``: Moodle's *Grades > Import > CSV file*. Columns
+    ``Email address``, then the assignments. In the import form pick, under
+    *Identify user by*, ``Map from`` = ``Email address`` and ``Map to`` =
+    ``Email address``; under *Grade item mappings*, map each assignment column to its
+    grade item (or *New grade item*). An empty cell is no grade. Moodle gives a
+    row with an empty identifier the grades to the student of the row before, so a
+    student without an email in the gradebook raises a ValueError naming them.
+
+    ValueError for an unknown layout or assignment; nothing is written then.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown LMS layout {layout!r} (use {' or '.join(LAYOUTS)})")
+    grades = list(student_grades(db_url, assignments))
+    names = list(dict.fromkeys(g.assignment for g in grades))
+    if not names:
+        raise ValueError(f"nothing to export: the gradebook {db_url} has no assignments or no students")
+    max_scores = {g.assignment: g.max_score for g in grades}
+    rows = canvas_rows(grades, names, max_scores) if layout == "canvas" else moodle_rows(grades, names)
+    write_csv_atomically(path, rows)

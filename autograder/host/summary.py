@@ -1,0 +1,179 @@
+"""Progress bar, ``grades.csv`` and the end-of-run class summary."""
+
+import csv
+import fcntl
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from time import monotonic
+
+CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
+              "submitted_at", "late_by_hours", "late_penalty", "seconds", "failed_tests", "limits",
+              "tampered", "deleted", "flags", "error"]
+
+LIMIT_KINDS = ("timeout", "hang", "notebook_timeout", "crash", "output", "kernel_start", "replay")
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per 10 % when not a terminal)."""
+
+    def __init__(self, total, enabled=True, width=30):
+        self.total, self.done, self.width = total, 0, width
+        self.enabled = enabled and total > 0
+        self.tty = sys.stderr.isatty()
+        self.start = monotonic()
+        self.last_decile = -1
+
+    def update(self, label=""):
+        self.done += 1
+        if not self.enabled:
+            return
+        elapsed = monotonic() - self.start
+        filled = self.width * self.done // self.total
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{elapsed:5.0f} s  {label}")
+        if self.tty:
+            sys.stderr.write("\r" + line[:100].ljust(100))
+        elif 10 * self.done // self.total != self.last_decile:
+            self.last_decile = 10 * self.done // self.total
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.enabled and self.tty:
+            sys.stderr.write("\n")
+
+
+def limits_hit(result):
+    """Sorted limit kinds hit by a result ('timeout', 'hang', 'crash', 'output', ...)."""
+    return [kind for kind in result.limits if kind in LIMIT_KINDS]
+
+
+def failed_tests(result, tests):
+    """Test cells (grade ids) of ``tests`` that did not get full marks."""
+    scores = {(nb.name, g.name): (g.auto_score, g.max_score)
+              for nb in result.notebooks for g in nb.grades}
+    return [gid for nb, gid in tests
+            if result.status != "ok" or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
+
+
+def csv_row(assignment, result, tests, lateness=None):
+    late = lateness.get(result.student) if lateness else None
+    return dict(
+        student=result.student, assignment=assignment,
+        score=f"{result.score - (late.penalty if late else 0.0):g}", max_score=f"{result.max_score:g}",
+        status=result.status, needs_manual=int(bool(result.needs_manual)),
+        submitted_at=f"{result.timestamp:%Y-%m-%d %H:%M:%S}" if result.timestamp else "",
+        late_by_hours=f"{late.late_by.total_seconds() / 3600:.1f}" if late and late.late_by else "",
+        late_penalty=f"{late.penalty:g}" if late and late.penalty else "",
+        seconds=f"{result.seconds:.1f}",
+        failed_tests=";".join(failed_tests(result, tests)),
+        limits=";".join(limits_hit(result)),
+        tampered=";".join(result.tampered), deleted=";".join(result.deleted),
+        flags=";".join(result.flags), error=result.error or result.message or "")
+
+
+def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
+    """Add/replace this run's rows in ``grades.csv``; rows of other assignments/students stay.
+
+    ``score`` is after the late penalty (nbgrader's export subtracts it the same way);
+    roster students in ``missing`` get a row with status ``missing``. Runs of different
+    assignments may finish at once (a PostgreSQL gradebook lets them run together): the
+    read-modify-write holds a lock on ``.grades.csv.lock`` beside it and replaces the file
+    whole, so neither loses the other's rows and no reader sees half a file.
+    """
+    path = Path(path)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = {}
+        if path.exists():
+            with open(path, newline="") as f:
+                for row in csv.DictReader(f):
+                    rows[(row["assignment"], row["student"])] = {k: row.get(k, "") for k in CSV_FIELDS}
+        for result in results:
+            rows[(assignment, result.student)] = csv_row(assignment, result, tests, lateness)
+        for student in missing:
+            rows.setdefault((assignment, student), {**dict.fromkeys(CSV_FIELDS, ""), "student": student,
+                            "assignment": assignment, "score": "0", "status": "missing",
+                            "error": "on the roster, no submission"})
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+            writer.writeheader()
+            for key in sorted(rows):
+                writer.writerow(rows[key])
+        os.replace(tmp, path)
+
+
+def isolation(settings):
+    """One line on how the kernels were isolated, and why any limit is off."""
+    from ..sandbox.launcher import cgroup_version
+
+    if not settings.sandboxed:
+        return "NOT sandboxed: trusted notebooks only"
+    import os
+
+    if os.geteuid() != 0:
+        return ("sandboxed (bubblewrap, own user namespace); processes and memory NOT capped "
+                "by cgroups (needs root)")
+    version = cgroup_version()
+    caps = (f"cgroup v{version}: at most {settings.limits.max_tasks} tasks" if version
+            else "processes NOT capped (no usable cgroup)")
+    return f"sandboxed (bubblewrap, user nobody, no network; {caps})"
+
+
+def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
+           lateness=None, roster=None):
+    """Print the class summary."""
+    out = out or sys.stdout
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    n = len(results)
+    lim = settings.limits
+    p(f"\nGraded {n} submission(s) of {assignment} in {seconds:.1f} s with {jobs} job(s)"
+      f" (cell {lim.cell_timeout} s, notebook {lim.notebook_timeout:g} s,"
+      f" memory {lim.memory_mb} MiB, output {lim.output_limit} B/cell, scratch {lim.disk_mb} MiB;"
+      f" {isolation(settings)}).")
+    if skipped:
+        p(f"Unchanged since last graded (skipped; --force re-grades them): {len(skipped)}")
+    if roster and roster.missing:
+        p(f"On the roster, no submission (missing): {len(roster.missing)}: {', '.join(roster.missing)}")
+    if roster and roster.not_on_roster:
+        p(f"Submitted, not on the roster: {len(roster.not_on_roster)}: {', '.join(roster.not_on_roster)}")
+    late = {s: v for s, v in (lateness or {}).items() if v.late_by}
+    if late:
+        p(f"Late ({settings.course.policy(assignment)}): {len(late)}")
+        for student, v in sorted(late.items()):
+            p(f"  {student}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
+    if not n:
+        return
+    scores = [r.score for r in results]
+    p(f"Score: mean {sum(scores) / n:.2f}, min {min(scores):g}, max {max(scores):g}"
+      f" of {max(r.max_score for r in results):g}")
+    failures = Counter(t for r in results for t in failed_tests(r, tests))
+    if tests:
+        p("Tests passed:")
+        width = max(len(gid) for _, gid in tests)
+        for _, gid in tests:
+            p(f"  {gid:<{width}}  {n - failures[gid]:>4}/{n}")
+    slow = sorted(results, key=lambda r: -r.seconds)[:5]
+    p("Slowest: " + ", ".join(f"{r.student} {r.seconds:.1f} s" for r in slow))
+    sections = [
+        ("Hit a limit", lambda r: ", ".join(
+            f"{e.kind} in {e.grade_id or 'cell ' + str(e.cell)}" for e in r.events
+            if e.kind in LIMIT_KINDS)),
+        ("Edited test cells (restored)", lambda r: ", ".join(r.tampered)),
+        ("Deleted test cells (restored)", lambda r: ", ".join(r.deleted)),
+        ("Suspicious code", lambda r: ", ".join(r.flags)),
+        ("Resembles the reference (check by hand)", lambda r: "; ".join(r.resemblances)),
+        ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.similar)),
+        ("Which notebook was graded", lambda r: r.message if r.status == "ok" else ""),
+        ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in ("missing", "unreadable") else ""),
+        ("Errors (scored 0; worker logs in logs/)", lambda r: r.error or "" if r.status == "error" else ""),
+    ]
+    for title, describe in sections:
+        lines = [(r.student, describe(r)) for r in results if describe(r)]
+        if lines:
+            p(f"{title}: {len(lines)}")
+            for student, text in lines:
+                p(f"  {student}: {text}")

@@ -1,0 +1,432 @@
+"""Notebook execution that survives hostile submissions, and judges them from outside.
+
+:class:`LimitedExecute` replaces nbgrader's ``Execute`` preprocessor during
+autograding (in the driver's workers and, through the course's
+``nbgrader_config.py``, in stock ``nbgrader autograde`` and the formgrader).
+Every kernel it starts runs in the OS sandbox
+(:class:`~autograder.judge.kernel_manager.SandboxedKernelManager`), and every graded
+test cell is scored by the outside judge (:mod:`autograder.judge.verdict`): the kernel
+runs only the cell's visible lines, the worker runs the whole test with trusted
+libraries and asks the kernel only for the outputs of the student's functions.
+Compared with stock nbgrader it also adds
+
+* a wall-clock budget for the whole notebook: each cell may use at most what is
+  left of it, cells after it ran out are not run and get a ``NotebookTimeoutError``
+  (so their tests score 0);
+* an output cap per cell: past ``output_limit`` bytes the outputs are dropped, the
+  kernel is interrupted and the cell gets an ``OutputLimitError`` (a flooding test
+  cell scores 0; the grader's memory stays bounded);
+* recovery instead of nbgrader's "Removing failed assignment": when a cell times
+  out and the kernel does not answer an interrupt (it ignores SIGINT), or when the
+  kernel dies (``os._exit``, segfault, memory cap), the kernel is killed with its
+  whole process group, a fresh one is started, the cells that had already run are
+  replayed silently, and grading goes on with the next cell. The failed cell
+  scores 0 (a ``CellTimeoutError`` or ``DeadKernelError`` output).
+
+Every such event is recorded in the executed notebook's metadata
+(``metadata.autograder.events``, see :func:`events`), for the grading summary.
+"""
+
+import ast
+import asyncio
+from queue import Empty
+from time import monotonic
+
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+from nbclient.util import ensure_async, run_sync
+from nbformat import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Float, Integer
+
+from ..core.cells import grade_id, is_setup_cell, is_solution, is_test_cell, visible_source
+from ..core.limits import Limits
+from ..sandbox.cgroups import MemoryMeter
+from . import verdict as judge
+from .kernel_manager import SandboxedKernelManager
+
+EVENTS_KEY = "autograder"  # notebook metadata key of the executor's records
+
+
+def events(nb):
+    """The limit events recorded in an executed notebook: dicts with keys
+    notebook, cell, grade_id, kind, detail."""
+    return list(nb.metadata.get(EVENTS_KEY, {}).get("events", []))
+
+PROBE_SECONDS = 2.0  # how long an interrupted kernel may take to answer again
+
+
+def error_output(ename, evalue):
+    """An nbformat error output, as a failing cell would have produced."""
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue,
+                        traceback=[f"{ename}: {evalue}"])
+
+
+def output_size(content):
+    """Approximate size in bytes of one iopub output message's payload."""
+    if "text" in content:
+        return len(content["text"])
+    return sum(len(str(value)) for value in content.get("data", {}).values())
+
+
+class Spare:
+    """One started, never-used kernel per process, ready for the next notebook.
+
+    A grading worker runs notebook after notebook: while one is graded, the next
+    kernel starts (it is a separate process, so its start-up overlaps the grading),
+    and nothing of any student has entered it when it is taken. Only the driver's
+    workers keep a spare (``LimitedExecute.spare_kernel``); :meth:`discard` kills it.
+    """
+
+    km = None
+
+    @classmethod
+    def take(cls):
+        km, cls.km = cls.km, None
+        return km
+
+    @classmethod
+    def keep(cls, km):
+        cls.discard()
+        cls.km = km
+
+    @classmethod
+    def discard(cls):
+        km, cls.km = cls.km, None
+        if km is not None:
+            try:
+                run_sync(km.shutdown_kernel)(now=True)
+            except Exception:  # noqa: BLE001 - a spare that is already gone
+                pass
+
+
+class LimitedExecute(Execute):
+    """nbgrader's ``Execute`` in the sandbox, with the outside judge, deadlines, caps and recovery."""
+
+    notebook_timeout = Float(Limits.notebook_timeout,
+                             help="Wall-clock seconds for the whole notebook.").tag(config=True)
+    output_limit = Integer(Limits.output_limit, help="Bytes of output kept per cell.").tag(config=True)
+    spare_kernel = Bool(False, help="Start the next notebook's kernel while this one is graded "
+                                    "(for processes that grade one notebook after another).").tag(config=True)
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        if self.kernel_manager_class is None or self.kernel_manager_class.__name__ == "AsyncKernelManager":
+            self.kernel_manager_class = SandboxedKernelManager
+
+    def preprocess(self, nb, resources=None, km=None):
+        NotebookClient.__init__(self, nb, km)  # reset the client state, as nbconvert does
+        self.reset_execution_trackers()
+        self._check_assign_resources(resources)
+        self.shutdown_kernel = "immediate"
+        self._notebook = (resources or {}).get("nbgrader", {}).get("notebook", "")
+        self._deadline = monotonic() + self.notebook_timeout
+        self._cell_timeout = self.timeout
+        self._channel = judge.Channel(self, self._deadline)
+        self._namespace = judge.RemoteNamespace(self._channel)
+        self._index = 0
+        done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
+        alive = self._start()
+        try:
+            for index, cell in enumerate(self.nb.cells):
+                self._index = index
+                if cell.cell_type != "code" or not cell.source.strip():
+                    continue
+                remaining = self._deadline - monotonic()
+                if is_setup_cell(cell):  # trusted code: the judge runs it too
+                    judge.judge_cell(cell, self._namespace)
+                if not alive:
+                    self._fail(cell, index, "kernel_start", "KernelStartError",
+                               "the grading kernel could not be started")
+                    continue
+                if remaining < 1:
+                    self._fail(cell, index, "notebook_timeout", "NotebookTimeoutError",
+                               f"not run: the notebook used up its {self.notebook_timeout:g} s")
+                    continue
+                if is_test_cell(cell):
+                    alive = self._run_test_cell(cell, index, remaining, done)
+                elif self._run_cell(cell, index, remaining):
+                    done.append(index)
+                else:
+                    alive = self._restart(done)
+        finally:
+            self._stop()
+        self.set_widgets_metadata()
+        return self.nb, self.resources
+
+    # -- one cell -----------------------------------------------------------------
+    def _run_cell(self, cell, index, remaining):
+        """Execute one cell; return False when the kernel must be replaced."""
+        self._cell_timeout = min(self.timeout, remaining)
+        self._cell_bytes, self._flooded, self._timed_out = 0, False, False
+        try:
+            self.execute_cell(cell, index, store_history=True)
+        except DeadKernelError:
+            self._fail(cell, index, "crash", "DeadKernelError",
+                       "the kernel died (os._exit, a crash, or the memory cap)")
+            return False
+        if self._flooded:
+            self._fail(cell, index, "output", "OutputLimitError",
+                       f"the cell printed more than {self.output_limit} bytes; the rest was dropped")
+        if self._timed_out:
+            by_deadline = self._cell_timeout < self.timeout
+            limit = (f"the notebook's time limit ({self.notebook_timeout:g} s in all) ran out"
+                     if by_deadline else f"the cell ran past its time limit ({self.timeout:g} s per cell)")
+            self._fail(cell, index, "notebook_timeout" if by_deadline else "timeout",
+                       "CellTimeoutError", f"{limit} and was interrupted")
+            if not self._responsive():
+                self._event(cell, index, "hang", "the kernel ignored the interrupt; restarted")
+                return False
+        return True
+
+    def _run_test_cell(self, cell, index, remaining, done):
+        """Visible lines in the kernel, then the verdict from the judge; False if the kernel is lost."""
+        start, source = monotonic(), cell.source
+        alive = True
+        visible = visible_source(source)
+        if visible.strip():
+            cell.source = visible  # hidden tests never enter the student's kernel
+            try:
+                ok = self._run_cell(cell, index, remaining)
+            finally:
+                cell.source = source
+            if ok:
+                done.append(index)
+            else:
+                alive = self._restart(done)
+        kernel_outputs = [judge.plain_output(o) for o in cell.outputs
+                          if o.get("ename") not in ("OutputLimitError",)]
+        failure = None
+        if not alive:
+            failure = judge.JudgeError("your notebook's kernel could not be restarted")
+        else:
+            left = min(self.timeout - (monotonic() - start), self._deadline - monotonic())
+            self._channel.deadline = monotonic() + max(left, 0.0)
+            self._channel.installed = False
+            failure = judge.judge_cell(cell, self._namespace)
+            if isinstance(failure, judge.JudgeError) and not self._responsive(interrupt=True):
+                self._event(cell, index, "hang", f"while judged: {failure}; restarted")
+                alive = self._restart(done)
+        cell.outputs = kernel_outputs + ([judge.verdict_output(failure)] if failure else [])
+        flooded = [o for o in cell.outputs if o.get("output_type") == "error"]
+        if self._flooded and not flooded:
+            cell.outputs.append(error_output("OutputLimitError",
+                                             f"the cell printed more than {self.output_limit} bytes"))
+        return alive
+
+    # -- the judge's line to the kernel ---------------------------------------------------
+    def run_silently(self, code, timeout, kc=None, check=True):
+        """Run ``code`` in the kernel without output or history; JudgeError if it does not
+        finish (or, with ``check``, if it raises)."""
+        kc = kc or self.kc
+        msg_id = kc.execute(code, silent=True, store_history=False)
+        reply = self._wait_reply(kc, msg_id, timeout)
+        if check and reply["content"].get("status") != "ok":
+            raise judge.JudgeError("your notebook's kernel refused the grader's code")
+        return reply
+
+    def evaluate(self, expression, timeout, kc=None):
+        """The string that ``expression`` evaluates to in the kernel."""
+        kc = kc or self.kc
+        msg_id = kc.execute("", silent=True, store_history=False,
+                            user_expressions={"r": expression})
+        reply = self._wait_reply(kc, msg_id, timeout)
+        result = reply["content"].get("user_expressions", {}).get("r", {})
+        if result.get("status") != "ok":
+            raise judge.JudgeError("the grader could not call your code "
+                                   f"({result.get('ename', 'no answer')})")
+        text = result.get("data", {}).get("text/plain", "")
+        try:
+            value = ast.literal_eval(text) if len(text) < judge.probe.MAX_TEXT else None
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = None
+        if not isinstance(value, str):
+            raise judge.JudgeError("your notebook's kernel answered the grader with nonsense")
+        return value
+
+    async def _async_wait_reply(self, kc, msg_id, timeout):
+        """The shell reply to ``msg_id``; JudgeError when the kernel dies or time runs out."""
+        km = self.km if kc is self.kc else kc._grader_km
+        deadline = monotonic() + timeout
+        while (remaining := deadline - monotonic()) > 0:
+            try:
+                msg = await ensure_async(kc.shell_channel.get_msg(timeout=min(remaining, 0.5)))
+            except Empty:
+                if not await ensure_async(km.is_alive()):
+                    raise judge.JudgeError("your notebook's kernel died (a crash or the memory cap)")
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+        raise judge.JudgeError(f"your code did not finish in the {timeout:.0f} s this test had "
+                               f"left of its cell's time limit ({self.timeout:g} s per cell)")
+
+    _wait_reply = run_sync(_async_wait_reply)
+
+    def measure_call(self, name, args, kwargs, timeout):
+        """``(output, peak extra bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
+
+        The fresh kernel runs the set-up cells, then the student's solution cells that
+        ran in the student's kernel so far, then the call, each step read from outside
+        (:class:`autograder.sandbox.cgroups.MemoryMeter`: the kernel's cgroup, or its process
+        where a cgroup's peak cannot be reset): the figure is what the solution cells
+        kept (a workspace allocated in advance counts) plus the memory peak during the
+        call above the reading just before it (the inputs, already decoded, do not
+        count). NumPy, torch, a file in /tmp: everything the kernel holds is counted.
+        """
+        deadline = monotonic() + timeout
+        km, kc = self._fresh_kernel()
+        try:
+            # the cells that ran in the student's kernel (a cell that crashed it is not replayed)
+            ran = [self.nb.cells[i] for i in self._done]
+            for cell in (c for c in ran if is_setup_cell(c)):
+                self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
+            meter = MemoryMeter(km.cgroup)
+            base = self._memory(meter)
+            for cell in (c for c in ran if is_solution(c)):
+                self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
+            kept = self._memory(meter) - base
+            channel = judge.Channel(self, deadline, kc)
+            channel.request(op="stage", name=name, args=list(args), kwargs=kwargs)
+            if not meter.start():
+                raise judge.JudgeError("memory cannot be measured on this grading host")
+            before = self._memory(meter)
+            channel.request(op="call_staged")
+            peak = meter.peak()
+            out = channel.request(op="fetch")["value"]
+        finally:
+            run_sync(km.shutdown_kernel)(now=True)
+        return out, max(0, kept) + max(0, peak - before)
+
+    def _memory(self, meter):
+        reading = meter.usage() if meter.name else None
+        if reading is None:
+            raise judge.JudgeError("memory cannot be measured on this grading host "
+                                   "(grade as root, with cgroups)")
+        return reading
+
+    def _launch(self):
+        """A kernel manager whose kernel process has been launched (not yet waited for)."""
+        if not self.kernel_name:  # as nbclient's create_kernel_manager does
+            self.kernel_name = self.nb.metadata.get("kernelspec", {}).get("name") or "python3"
+        km = self.kernel_manager_class(kernel_name=self.kernel_name, config=self.config)
+        run_sync(km.start_kernel)(extra_arguments=self.extra_arguments)
+        return km
+
+    def _launched(self):
+        """The spare kernel if there is a live one, else a new one; then launch the next spare."""
+        km = Spare.take() if self.spare_kernel else None
+        if km is None or not run_sync(km.is_alive)():
+            if km is not None:
+                Spare.keep(km)  # a dead spare: shut it down properly
+                Spare.discard()
+            km = self._launch()
+        if self.spare_kernel:
+            Spare.keep(self._launch())
+        return km
+
+    def _fresh_kernel(self):
+        """A second kernel (spare or new) and its client, for a measurement."""
+        km = self._launched()
+        kc = km.client()
+        kc.start_channels()
+        run_sync(kc.wait_for_ready)(timeout=self.startup_timeout)
+        kc._grader_km = km
+        return km, kc
+
+    def _get_timeout(self, cell):
+        return self._cell_timeout if cell is not None else self.timeout
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = True
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def output(self, outs, msg, display_id, cell_index):
+        if msg["msg_type"] != "error":
+            self._cell_bytes += output_size(msg["content"])
+            if self._cell_bytes > self.output_limit:
+                if not self._flooded:
+                    self._flooded = True
+                    asyncio.ensure_future(ensure_async(self.km.interrupt_kernel()))
+                return None
+        return super().output(outs, msg, display_id, cell_index)
+
+    def _fail(self, cell, index, kind, ename, evalue):
+        cell.outputs.append(error_output(ename, evalue))
+        self._event(cell, index, kind, evalue)
+
+    def _event(self, cell, index, kind, detail):
+        record = self.nb.metadata.setdefault(EVENTS_KEY, {}).setdefault("events", [])
+        record.append(dict(notebook=self._notebook, cell=index, grade_id=grade_id(cell),
+                           kind=kind, detail=detail))
+
+    # -- kernel life cycle ----------------------------------------------------------
+    def _start(self):
+        """Start a kernel and its client; return False if it does not come up."""
+        try:
+            self.km = self._launched()
+            self.start_new_kernel_client()
+            info = self._reply(self.kc.kernel_info(), self.startup_timeout)
+            if info is None:
+                raise RuntimeError("no kernel_info reply")
+            self.nb.metadata["language_info"] = info["content"]["language_info"]
+            return True
+        except Exception as error:  # a kernel that cannot start must not stop the class
+            self.log.error("grading kernel failed to start: %s", error)
+            self._stop()
+            return False
+
+    def _stop(self):
+        """Kill the kernel and everything it started; forget the client."""
+        if self.km is not None:
+            try:
+                self._cleanup_kernel()
+            except Exception as error:
+                self.log.warning("kernel cleanup: %s", error)
+            if hasattr(self.km, "kill_everything"):
+                self.km.kill_everything()
+        self.km, self.kc = None, None
+
+    def _restart(self, done):
+        """Replace the kernel and silently re-run the cells in ``done``."""
+        self._stop()
+        if not self._start():
+            return False
+        for index in done:
+            remaining = self._deadline - monotonic()
+            source = self.nb.cells[index].source
+            if is_test_cell(self.nb.cells[index]):
+                source = visible_source(source)
+            msg_id = self.kc.execute(source, silent=True, store_history=False, stop_on_error=False)
+            if remaining < 1 or self._reply(msg_id, min(self.timeout, remaining)) is None:
+                self._event(self.nb.cells[index], index, "replay",
+                            "replaying earlier cells into a fresh kernel failed")
+                self._stop()
+                return self._start()
+        return True
+
+    def _responsive(self, interrupt=False):
+        """True if the kernel answers a no-op soon (after an interrupt, if asked)."""
+        try:
+            if interrupt:
+                run_sync(self.km.interrupt_kernel)()
+        except Exception:
+            pass
+        try:
+            msg_id = self.kc.execute("", silent=True, store_history=False)
+            return self._reply(msg_id, PROBE_SECONDS) is not None
+        except Exception:
+            return False
+
+    async def _async_reply(self, msg_id, timeout):
+        """The shell reply to ``msg_id``, or None after ``timeout`` seconds."""
+        deadline = monotonic() + timeout
+        while (remaining := deadline - monotonic()) > 0:
+            try:
+                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=remaining))
+            except Empty:
+                return None
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+        return None
+
+    _reply = run_sync(_async_reply)

@@ -1,0 +1,222 @@
+"""The outside judge: every graded test cell is scored by the trusted worker.
+
+The student's kernel runs in a sandbox and is never asked for a verdict. For
+each graded test cell the executor (:class:`autograder.judge.execute.LimitedExecute`)
+
+1. runs the cell's *visible* lines in the kernel, for the student to read
+   (hidden tests, their inputs and their expected values never enter the kernel);
+2. runs the *whole* cell, visible and hidden lines, here in the worker, in a
+   trusted namespace (:class:`RemoteNamespace`) that holds the set-up cell's
+   imports and what earlier test cells defined. A name the namespace does not
+   hold is looked up in the kernel through the probe (:mod:`autograder.kernel.probe`):
+   a student's function becomes a :class:`RemoteFunction` that sends the
+   trusted inputs to the kernel and brings back only its outputs (decoded without
+   pickle); an ``ANSWER_...`` variable becomes its value;
+3. sets the cell's outputs to what the kernel printed (as plain text, so nothing
+   the student prints can score or fail the cell) followed by the verdict: an
+   ``error`` output when the trusted run raised, nothing else when it passed.
+   nbgrader's ``SaveAutoGrades`` then turns that into points as usual.
+
+So visible and hidden points alike are decided here, with NumPy, torch and
+``transformer_ref`` that the student cannot touch. A memory test measures a
+fresh sandboxed kernel from outside (its cgroup's memory peak), see
+:meth:`RemoteFunction.measure`.
+"""
+
+import builtins
+import re
+import time
+
+import nbformat
+
+from ..core.cells import judged_source, nbgrader_meta
+from ..kernel import probe
+
+PROBE_SOURCE = open(probe.__file__, encoding="utf-8").read()
+INSTALL_PROBE = (
+    "import types as __grader_types\n"
+    "__grader__ = __grader_types.ModuleType('__grader__')\n"
+    "__grader__.get_ipython = get_ipython\n"
+    f"exec(compile({PROBE_SOURCE!r}, '<grader probe>', 'exec'), __grader__.__dict__)\n"
+    "del __grader_types\n"
+)
+
+
+# -- errors the judge reports ---------------------------------------------------------------
+class JudgeError(Exception):
+    """The kernel could not answer (timeout, crash, broken probe): the cell scores 0."""
+
+
+class StudentError(Exception):
+    """The student's function raised; ``type(self).__name__`` is the type it raised."""
+
+
+_KNOWN = {"NotImplementedError": NotImplementedError, "ValueError": ValueError,
+          "AssertionError": AssertionError, "TypeError": TypeError,
+          "IndexError": IndexError, "KeyError": KeyError, "ZeroDivisionError": ZeroDivisionError,
+          "MemoryError": MemoryError, "RuntimeError": RuntimeError}
+
+
+def student_exception(info):
+    """An exception like the one the student's code raised (type by name, message)."""
+    name = str(info.get("type", "Exception"))
+    message = str(info.get("message", ""))[:2000]
+    cls = _KNOWN.get(name)
+    if cls is None:
+        clean = re.sub(r"\W", "", name)[:60] or "Exception"
+        cls = type(clean, (StudentError,), {})
+    error = cls(message)
+    error.raised_by_student = True
+    return error
+
+
+# -- talking to the kernel ------------------------------------------------------------------
+class Channel:
+    """Requests to the probe in one kernel, each bounded by the cell's deadline."""
+
+    def __init__(self, executor, deadline, kc=None):
+        self.executor, self.deadline, self.kc = executor, deadline, kc  # kc None: the main kernel
+        self.installed = False
+
+    def remaining(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise JudgeError("the test ran out of time while calling your code")
+        return left
+
+    def install(self):
+        if not self.installed:
+            self.executor.run_silently(INSTALL_PROBE, self.remaining(), self.kc)
+            self.installed = True
+
+    def request(self, **payload):
+        self.install()
+        expression = f"__grader__.handle({probe.encode(payload)!r})"
+        data = self.executor.evaluate(expression, self.remaining(), self.kc)
+        reply = probe.decode(data, self.torch_module())
+        if not isinstance(reply, dict):
+            raise JudgeError("your notebook's kernel answered the grader with nonsense")
+        if "error" in reply:
+            raise student_exception(reply["error"])
+        return reply
+
+    def torch_module(self):
+        import sys
+
+        return sys.modules.get("torch")
+
+
+class RemoteFunction:
+    """A student's function in the kernel, called with trusted inputs."""
+
+    def __init__(self, channel, name):
+        self.channel, self.__name__ = channel, name
+
+    def __repr__(self):
+        return f"<your function {self.__name__}>"
+
+    def __call__(self, *args, **kwargs):
+        torch = self.channel.torch_module()
+        grad = [i for i, a in enumerate(args)
+                if torch is not None and isinstance(a, torch.Tensor) and a.requires_grad]
+        reply = self.channel.request(op="call", name=self.__name__, args=list(args),
+                                     kwargs=kwargs, grad=grad)
+        out = reply.get("value")
+        if grad and reply.get("requires_grad") and isinstance(out, torch.Tensor):
+            return _remote_graph(torch, self.channel, reply["handle"], out,
+                                 [args[i] for i in grad])
+        return out
+
+    def call_keeping_args(self, *args, **kwargs):
+        """``(output, the positional arguments as the function left them)``."""
+        reply = self.channel.request(op="call", name=self.__name__, args=list(args),
+                                     kwargs=kwargs, return_args=True)
+        return reply.get("value"), tuple(reply.get("args") or ())
+
+    def measure(self, *args, **kwargs):
+        """``(output, peak extra bytes)`` of one call, measured outside a fresh kernel."""
+        return self.channel.executor.measure_call(self.__name__, args, kwargs,
+                                                  self.channel.remaining())
+
+
+def _remote_graph(torch, channel, handle, out, inputs):
+    """``out`` as a tensor whose backward asks the kernel for the gradients (a VJP)."""
+
+    class RemoteVJP(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *tensors):
+            return out.detach().clone()
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            reply = channel.request(op="vjp", handle=handle, grad_output=grad_output.detach())
+            grads = list(reply.get("grads") or [])
+            grads += [None] * (len(inputs) - len(grads))
+            return tuple(g if g is None else torch.as_tensor(g, dtype=t.dtype)
+                         for g, t in zip(grads, inputs))
+
+    return RemoteVJP.apply(*inputs)
+
+
+class RemoteNamespace(dict):
+    """Globals of the judge's run: trusted names first, then the student's, by lookup."""
+
+    def __init__(self, channel):
+        super().__init__()
+        self["__builtins__"] = builtins
+        self["__name__"] = "__grader__"
+        self.channel = channel
+
+    def __missing__(self, name):
+        if name in vars(builtins) or name.startswith("__"):
+            raise KeyError(name)
+        found = self.channel.request(op="lookup", name=name)
+        if not found.get("found"):
+            raise KeyError(name)
+        if found.get("callable"):
+            return RemoteFunction(self.channel, name)
+        return self.channel.request(op="value", name=name).get("value")
+
+
+# -- verdicts --------------------------------------------------------------------------------
+def plain_output(output):
+    """What the kernel printed, as text that cannot score or fail a test cell."""
+    if output.get("output_type") == "stream":
+        text = output.get("text", "")
+        return nbformat.v4.new_output("stream", name="stdout", text=text)
+    if output.get("output_type") == "error":
+        text = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}\n"
+        return nbformat.v4.new_output("stream", name="stdout",
+                                      text="In your notebook this cell raised " + text)
+    data = output.get("data", {})
+    text = data.get("text/plain", "")
+    return nbformat.v4.new_output("display_data", data={"text/plain": text} if text else {})
+
+
+def verdict_output(error):
+    """The error output that scores a test cell 0, with a message for the student."""
+    ename = type(error).__name__
+    message = str(error)
+    if getattr(error, "raised_by_student", False):
+        message = (f"your code raised {ename}" + (f": {message}" if message else "")
+                   + (" (it is not implemented yet)" if ename == "NotImplementedError" else ""))
+    message = message or "a test failed"
+    return nbformat.v4.new_output("error", ename=ename, evalue=message,
+                                  traceback=[f"{ename}: {message}"])
+
+
+def judge_cell(cell, namespace):
+    """Run ``cell``'s test code in ``namespace``; return None (passed) or the failure."""
+    source = judged_source(cell.source)
+    try:
+        code = compile(source, f"<test cell {nbgrader_meta(cell).get('grade_id')}>", "exec")
+        exec(code, namespace)  # noqa: S102 - the instructor's test code, in the trusted worker
+    except JudgeError as error:
+        return error
+    except NameError as error:
+        return NameError(f"{error} (define it in your notebook, with this exact name)")
+    except BaseException as error:  # noqa: BLE001 - any failure of the test is its verdict
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            return JudgeError(f"the test stopped ({type(error).__name__})")
+        return error
+    return None

@@ -1,0 +1,189 @@
+"""The launcher of every grading kernel: cgroup, rlimits, then bubblewrap.
+
+:data:`BOOT` run as ``python -I -c BOOT -f CONNECTION_FILE [kernel options]`` is the command
+that :class:`autograder.judge.kernel_manager.SandboxedKernelManager` launches for each kernel
+(it imports this package alone, by path: ``-I`` puts nothing of the caller's environment on
+``sys.path``). It reads the run's limits (JSON in ``AUTOGRADER_LIMITS``, written by
+:class:`autograder.core.limits.Limits`) and then, in this order:
+
+1. as root, creates a cgroup of its own (``autograder/k<run>-<pid>``, cgroup v2 or the v1
+   ``pids`` and ``memory`` controllers) with the process and memory caps, and moves
+   itself into it, so everything the kernel ever starts is counted and can be
+   killed as one;
+2. sets resource limits that are inherited: address space, CPU seconds, file
+   size, no core dumps;
+3. replaces itself with ``bwrap`` (Debian's ``bubblewrap``), which starts the
+   kernel in new mount, PID, network, IPC and UTS namespaces: the file system is
+   read-only and holds only the system's ``/usr``, the Python installation and
+   the course's virtualenv (whose ``transformer_ref`` and ``autograder`` are not
+   in it: they live in the course root, which is not mounted), a private
+   size-capped ``/tmp`` that is the kernel's home and working directory and is
+   discarded with it, and the one folder of Unix sockets through which the
+   worker talks to this kernel. As root the kernel then drops to the unprivileged
+   ``nobody`` user (``setpriv``, no capabilities, ``no_new_privs``); as another
+   user it runs in a user namespace under that user's id. ``--die-with-parent``
+   and the PID namespace make sure nothing it starts outlives it.
+
+The worker and the driver import it too (:func:`unavailable_reason`); like all of
+:mod:`autograder.sandbox` it uses the standard library only, so a kernel's launch costs
+milliseconds before bubblewrap.
+"""
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+
+from .cgroups import cgroup_version, create_cgroup, kernel_group, sweep_cgroups
+
+NOBODY = 65534
+SCRATCH = "/tmp"     # the kernel's home, working directory and only writable place
+GRADER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the launcher's whole program: import this module from the grader's own folder, launch
+BOOT = (f"import sys; sys.path.insert(0, {GRADER_ROOT!r}); "
+        "from autograder.sandbox.launcher import launch; launch(sys.argv[1:])")
+
+
+# -- the bwrap command line ------------------------------------------------------------
+def _ancestors(path):
+    """Parent folders of ``path`` from the top, to create with readable permissions."""
+    parts, out = path.strip("/").split("/")[:-1], []
+    for i in range(len(parts)):
+        out.append("/" + "/".join(parts[:i + 1]))
+    return out
+
+
+def _mount_tree(binds):
+    """bwrap options for read-only ``binds`` (host paths mounted at the same place)."""
+    args, made = [], {"/", "/usr", "/etc", SCRATCH, "/proc", "/dev"}
+    for path in binds:
+        for parent in _ancestors(path):
+            if parent not in made:
+                args += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        args += ["--ro-bind", path, path]
+        made.add(path)
+    return args
+
+
+def system_binds():
+    """The host's program and library folders, as symlinks where the host has symlinks."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = "/" + name
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
+                 "passwd", "group"):
+        if os.path.exists("/etc/" + name):
+            args += ["--ro-bind", "/etc/" + name, "/etc/" + name]
+    return args
+
+
+def python_roots():
+    """The Python installation and the virtualenv the kernel runs from (outside /usr)."""
+    roots = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix}
+    return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr")
+
+
+def kernel_environment(limits):
+    """The kernel's whole environment (bwrap starts from an empty one)."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": SCRATCH,
+        "TMPDIR": SCRATCH,
+        "LANG": "C.UTF-8",
+        "IPYTHONDIR": f"{SCRATCH}/.ipython",
+        "MPLCONFIGDIR": f"{SCRATCH}/.matplotlib",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "MPLBACKEND": "Agg",
+        # nothing reaches stderr on its own, and one math thread per kernel
+        "PYTHONWARNINGS": "ignore",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "2",
+        # large blocks always come from (and go back to) mmap, so memory that a
+        # student's function frees is freed: the judge's memory readings stay honest
+        "MALLOC_MMAP_THRESHOLD_": "131072",
+    }
+
+
+def bwrap_argv(kernel_argv, socket_dir, limits, *, as_root):
+    """The ``bwrap`` command line that runs ``kernel_argv`` in the sandbox."""
+    argv = [shutil.which("bwrap") or "bwrap",
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+            "--hostname", "grader", "--clearenv"]
+    if not as_root:
+        argv += ["--unshare-user"]
+    for key, value in kernel_environment(limits).items():
+        argv += ["--setenv", key, value]
+    argv += system_binds()
+    # the scratch tmpfs first: a Python or a course that lives under /tmp is mounted over it
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(limits["disk_mb"] * 2**20), "--tmpfs", SCRATCH]
+    argv += _mount_tree(python_roots())
+    for parent in _ancestors(socket_dir):
+        if parent != SCRATCH:
+            argv += ["--perms", "0755", "--dir", parent]
+    argv += ["--bind", socket_dir, socket_dir, "--chdir", SCRATCH]
+    if as_root:  # become nobody: no capabilities, and no way to regain any
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
+                 shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}",
+                 f"--regid={NOBODY}", "--clear-groups", "--no-new-privs", "--"]
+    else:
+        argv += ["--"]
+    return argv + list(kernel_argv)
+
+
+def set_rlimits(limits):
+    """Inherited caps: address space, CPU seconds, file size, no core dumps."""
+    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits["disk_mb"] * 2**20)]
+    if limits["memory_mb"] > 0:
+        caps.append((resource.RLIMIT_AS, limits["memory_mb"] * 2**20))
+    if limits["cpu_limit"] > 0:
+        caps.append((resource.RLIMIT_CPU, int(limits["cpu_limit"])))
+    for which, value in caps:
+        resource.setrlimit(which, (value, value))
+
+
+def launch(argv):
+    """The launcher: cgroup, rlimits, then exec bwrap with the kernel command."""
+    limits = json.loads(os.environ["AUTOGRADER_LIMITS"])
+    connection_file = argv[argv.index("-f") + 1]
+    socket_dir = os.path.dirname(os.path.abspath(connection_file))
+    as_root = os.geteuid() == 0
+    if as_root:
+        sweep_cgroups()
+        if cgroup_version() and not create_cgroup(kernel_group(os.getpid()), limits["max_tasks"],
+                                                  limits["memory_mb"] * 2**20):
+            sys.exit("autograder sandbox: cannot create the kernel's cgroup; not starting a kernel "
+                     "without its process and memory caps")
+    set_rlimits(limits)
+    kernel = [sys.executable, "-P", "-X", "frozen_modules=off", "-m", "ipykernel_launcher", *argv]
+    command = bwrap_argv(kernel, socket_dir, limits, as_root=as_root)
+    os.execv(command[0], command)
+
+
+def unavailable_reason():
+    """None if kernels can be sandboxed here, else one line that says why and what to install."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (apt-get install bubblewrap)"
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return "setpriv is not installed (apt-get install util-linux)"
+    probe = bwrap_argv(["/bin/true"], "/tmp", {"disk_mb": 1, "memory_mb": 0},
+                       as_root=os.geteuid() == 0)
+    try:
+        done = subprocess.run(probe, capture_output=True, timeout=30, text=True)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap cannot start a sandbox: {error}"
+    if done.returncode != 0:
+        return f"bwrap cannot start a sandbox: {done.stderr.strip()[:200]}"
+    return None
+

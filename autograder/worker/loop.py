@@ -1,0 +1,55 @@
+"""The local grading worker: a process forked by the driver that grades student after student.
+
+:func:`main` is the whole process: it arms itself to die with the driver, leaves signals to
+the driver, sends everything it and its kernels print to its own log file, and then answers
+one student id after another on its pipe with that student's
+:class:`~autograder.core.results.StudentResult` (:func:`autograder.worker.pipeline.grade_student`,
+in its own scratch gradebook), until it receives None. The driver's end of the pipe is
+:class:`autograder.host.pool.Worker`.
+"""
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from ..core.nbgrader_config import prepare_nbgrader
+from ..sandbox.cgroups import RUN_ENV
+from .pipeline import grade_student
+
+
+def main(conn, settings, index):
+    """A worker's entry: it dies with the driver, and leaves signals to the driver."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the driver decides
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.getppid() == 1:  # the driver died before the line above ran
+        os._exit(1)
+    serve(conn, settings, index)
+
+
+def serve(conn, settings, index):
+    """Worker loop: receive student ids on ``conn``, send back results; None stops."""
+    workdir = Path(settings.workdir) / f"worker{index}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    db = workdir / "gradebook.db"
+    shutil.copy(settings.template_db, db)
+    os.environ.update(settings.limits.environment())
+    os.environ[RUN_ENV] = settings.run_id
+    log = open(workdir / "log.txt", "a")  # nothing from a worker or its kernels reaches the console
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, force=True)
+    os.chdir(settings.root)
+    prepare_nbgrader()
+    from ..judge.execute import Spare
+
+    try:
+        while (student := conn.recv()) is not None:
+            conn.send(grade_student(settings, student, workdir, f"sqlite:///{db}"))
+    finally:
+        Spare.discard()

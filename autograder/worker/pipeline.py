@@ -1,0 +1,207 @@
+"""A grading worker: one long-lived process that autogrades students one by one.
+
+Each worker imports nbgrader once and runs its ``Autograde`` and
+``GenerateFeedback`` converters in-process, which saves nbgrader's start-up for
+every student but the first. Nothing of a student survives into the next one:
+every notebook gets a fresh kernel in a fresh OS sandbox (killed with its whole
+cgroup afterwards), the worker judges every test cell itself
+(:mod:`autograder.judge.verdict`), and it writes only to its own scratch gradebook,
+which no kernel can see. The parent copies the scores into the class gradebook,
+one student at a time.
+"""
+
+import hashlib
+import logging
+import shutil
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import monotonic
+
+import nbformat
+
+from ..core.gradebook import read_scores
+from ..core.limits import Limits
+from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
+                                    course_config)
+from ..core.policy import CourseSettings, apply_late_policy
+from ..core.results import ERROR, OK, LimitEvent, StudentResult
+from .audit import audit, restore_deleted
+from .feedback import polish
+from .intake import take_in
+
+
+@dataclass
+class Settings:
+    """Everything a worker needs, picklable."""
+
+    root: str
+    assignment: str
+    template_db: str       # SQLite gradebook that knows the assignment
+    release_dir: str       # student version, generated for this run
+    workdir: str           # scratch space of the whole run (no kernel can see it)
+    limits: Limits = field(default_factory=Limits)
+    sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
+    run_id: str = ""        # names this run's kernel cgroups, so the driver can kill them all
+    course: CourseSettings = field(default_factory=CourseSettings)  # due dates, late policy
+
+
+def autograde_config(settings, db_url, student, scratch):
+    """nbgrader configuration for autograding one student in this worker."""
+    c = course_config(settings.root, db_url, settings.assignment, student)
+    c.merge(autograde_settings(settings.limits, sandboxed=settings.sandboxed))
+    c.CourseDirectory.submitted_directory = str(scratch)
+    c.BaseConverter.force = True
+    c.SandboxedKernelManager.socket_root = str(Path(scratch).parent)
+    c.LimitedExecute.spare_kernel = True  # this worker grades notebook after notebook
+    return c
+
+
+INTERNAL_ID = "student"  # the id every submission has inside a worker: no glob characters
+
+
+def stage_submission(settings, student, scratch):
+    """Take in the student's notebook, audit it and put it in ``scratch`` for nbgrader.
+
+    :func:`autograder.worker.intake.take_in` decides which notebook to grade (any name; the
+    newest of several; a copy without nbgrader metadata re-seated into the release
+    notebook) or why none can be. Only that notebook (and ``timestamp.txt``) is
+    staged: other files could shadow modules. Deleted test cells are put back.
+    Returns the :class:`StudentResult` so far.
+    """
+    source = Path(settings.root) / SUBMITTED / student / settings.assignment
+    dest = Path(scratch) / INTERNAL_ID / settings.assignment
+    shutil.rmtree(scratch, ignore_errors=True)
+    dest.mkdir(parents=True)
+    result = StudentResult(student=student, digest=submission_digest(source))
+    if (source / "timestamp.txt").is_file():
+        shutil.copy(source / "timestamp.txt", dest)
+    for release_path in sorted(Path(settings.release_dir).glob("*.ipynb")):
+        release = nbformat.read(release_path, as_version=4)
+        intake = take_in(source, release)
+        result.message = "; ".join(m for m in (result.message, intake.message) if m)
+        if intake.status != OK:
+            result.status = intake.status
+            continue
+        nb = intake.notebook
+        if intake.reseated:
+            result.flags.append("reseated")
+        found = audit(nb, release)
+        for key in ("tampered", "deleted", "flags", "resemblances"):
+            getattr(result, key).extend(x for x in found[key] if x not in getattr(result, key))
+        result.functions.update(found["functions"])
+        if found["deleted"]:
+            nb = restore_deleted(nb, release)
+        nbformat.write(nb, dest / release_path.name)
+    return result
+
+
+def explanation_page(student, assignment, result):
+    """The feedback page of a submission that could not be graded: what was wrong."""
+    from html import escape
+
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{escape(assignment)}: not graded</title></head><body>"
+            f"<h1>{escape(assignment)}: your submission could not be graded</h1>"
+            f"<p>{escape(result.message or result.error or result.status)}</p>"
+            f"<p>Score: 0. Hand in the assignment's notebook (a <code>.ipynb</code> file saved "
+            f"by Jupyter) and ask your instructor to grade it again.</p></body></html>").encode()
+
+
+def submission_digest(folder):
+    """SHA-256 of what a student handed in (notebooks and timestamp), by file name."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+        if path.is_file() and (path.suffix == ".ipynb" or path.name == "timestamp.txt"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+class _Shared:
+    feedback_exporter = None
+
+
+def generate_feedback(config):
+    """nbgrader's GenerateFeedback, reusing one HTML exporter per process.
+
+    A new exporter compiles its Jinja templates again (about a second of CPU);
+    the exporter holds no per-student state, so the worker keeps the first one.
+    """
+    from nbconvert.writers import FilesWriter
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
+    converter.init_notebooks()
+    converter.writer = FilesWriter(parent=converter, config=converter.config)
+    if _Shared.feedback_exporter is None:
+        exporter = converter.exporter_class(parent=converter, config=converter.config)
+        for preprocessor in converter.preprocessors:
+            exporter.register_preprocessor(preprocessor)
+        _Shared.feedback_exporter = exporter
+    converter.exporter = _Shared.feedback_exporter
+    converter.convert_notebooks()  # paths are absolute: no chdir needed
+
+
+def collect_files(scratch_root, student, assignment, needs_manual):
+    """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``.
+
+    Feedback pages are polished (:func:`autograder.worker.feedback.polish`) on the way.
+    """
+    files = {}
+    for kind in (AUTOGRADED, FEEDBACK):
+        folder = Path(scratch_root) / kind / INTERNAL_ID / assignment
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if not path.is_file() or path.name == "timestamp.txt":
+                continue
+            data = path.read_bytes()
+            if kind == FEEDBACK and path.suffix == ".html":
+                graded = Path(scratch_root) / AUTOGRADED / INTERNAL_ID / assignment / f"{path.stem}.ipynb"
+                nb = nbformat.read(graded, as_version=4)
+                data = polish(data.decode(), nb, needs_manual).encode()
+            files[f"{kind}/{student}/{assignment}/{path.relative_to(folder)}"] = data
+    return files
+
+
+def grade_student(settings, student, workdir, db_url):
+    """Autograde one student and render their feedback, all in ``workdir``; a StudentResult.
+
+    Nothing is written under the course root: the driver records the scores and
+    writes the returned files, so the gradebook and the files on disk always agree.
+    """
+    from nbgrader.converters import Autograde
+    from nbgrader.coursedir import CourseDirectory
+
+    from ..judge.execute import events
+
+    start = monotonic()
+    scratch = Path(workdir) / "submitted"
+    out = Path(workdir) / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    result = StudentResult(student=student)
+    try:
+        result = stage_submission(settings, student, scratch)
+        if result.status == OK:
+            c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
+            c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
+            Autograde(coursedir=CourseDirectory(config=c), config=c).start()
+            for graded in sorted((out / AUTOGRADED).rglob("*.ipynb")):
+                result.events += [LimitEvent(**e) for e in events(nbformat.read(graded, as_version=4))]
+            apply_late_policy(db_url, settings.assignment, settings.course)
+            c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
+            c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
+            c.CourseDirectory.feedback_directory = str(out / FEEDBACK)
+            c.BaseConverter.force = True
+            generate_feedback(c)
+            result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
+            manual = {g.name for nb in result.notebooks for g in nb.grades if g.auto_score is None}
+            result.files = collect_files(out, student, settings.assignment, manual)
+        else:
+            result.files = {f"{FEEDBACK}/{student}/{settings.assignment}/{settings.assignment}.html":
+                            explanation_page(student, settings.assignment, result)}
+    except Exception as error:
+        result.status, result.error = ERROR, f"{type(error).__name__}: {error}"[:500]
+        result.log = traceback.format_exc()[-4000:]
+        logging.getLogger("autograder").error("%s: %s", student, result.log)
+    result.seconds = monotonic() - start
+    return result

@@ -1,0 +1,188 @@
+"""The grading side of a Dask cluster: what runs on every Dask worker process.
+
+The client (:mod:`autograder.host.cluster`) registers one :class:`GradingPlugin` per run (its
+name carries the run id, so runs of different assignments share a cluster) and sends one
+:func:`grade_task` per submission. On every worker process the plugin sets up a private
+scratch course: the student version and the template gradebook arrive as bytes in the
+:class:`RunPayload`, so the grading hosts need the course's *code* (the checkout and ``.venv``
+at the same path, or the wheel), not its files. The task runs the very pipeline a local worker
+runs (:func:`autograder.worker.pipeline.grade_student`: intake, audit, sandboxed kernels, the
+outside judge, the same limits, feedback) and returns a
+:class:`~autograder.core.results.StudentResult`; workers never touch the class gradebook or the
+course root. When the run ends the client unregisters the plugin (and removes it from any worker
+Dask left it on: :func:`forget_plugin`), and each worker removes its scratch and kills the run's
+kernels. :func:`grader_digest` runs here and in the client: both must grade with the same code.
+"""
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from distributed import WorkerPlugin
+
+from ..core.nbgrader_config import SUBMITTED, prepare_nbgrader
+from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
+from ..sandbox.launcher import unavailable_reason
+from . import pipeline
+from .pipeline import Settings
+
+
+@dataclass(frozen=True)
+class RunPayload:
+    """What every worker of one run needs, as plain data: settings, student version, template."""
+
+    settings: Settings       # paths in it are the client's; the plugin rewrites them
+    release: dict[str, bytes]       # notebook file name -> bytes of the student version
+    template_db: bytes              # SQLite gradebook that knows the assignment
+
+
+class GradingPlugin(WorkerPlugin):
+    """Dask worker plugin: one run's scratch course and scratch gradebook on a worker process.
+
+    ``setup`` also does what a local worker has done before its first student: nbgrader and
+    the executor imported, and a sandboxed kernel launched and waiting (the *spare*, which
+    the first notebook takes; :class:`autograder.judge.execute.Spare`).
+    """
+
+    def __init__(self, payload):
+        self.payload = payload
+        self.name = f"autograder-{payload.settings.run_id}"
+        self.settings = None  # made on the worker, in setup()
+
+    def setup(self, worker=None):
+        if self.payload.settings.sandboxed and (reason := unavailable_reason()):
+            raise RuntimeError(f"cannot grade untrusted notebooks safely on this worker: {reason}")
+        workdir = Path(tempfile.mkdtemp(prefix=f"autograder-{self.payload.settings.run_id}-"))
+        os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
+        release = workdir / "release"
+        release.mkdir()
+        for name, data in self.payload.release.items():
+            (release / name).write_bytes(data)
+        (workdir / "course").mkdir()
+        template = workdir / "template.db"
+        template.write_bytes(self.payload.template_db)
+        (workdir / "grader").mkdir()
+        shutil.copy(template, workdir / "grader" / "gradebook.db")
+        self.settings = replace(self.payload.settings, root=str(workdir / "course"),
+                                release_dir=str(release), template_db=str(template),
+                                workdir=str(workdir))
+        prepare_nbgrader()
+        import nbgrader.converters  # noqa: F401
+
+        if _GRADING.acquire(blocking=False):  # never wait here: this is the worker's event loop
+            try:
+                # The newest run takes the process's one spare: a kernel waiting here is another
+                # run's, or a dead one (a run whose plugin Dask left behind has had its kernels
+                # killed by its teardown on another worker). Another live run on this worker
+                # starts its next kernel on demand, once.
+                self.enter()
+                _launch_spare(self.config())
+            finally:
+                _GRADING.release()
+
+    def teardown(self, worker=None):
+        from ..judge.execute import Spare
+
+        if self.settings is None:
+            return
+        if _GRADING.acquire(blocking=False):
+            try:
+                if _State.run == self.name:
+                    Spare.discard()
+                    _State.run = None
+            finally:
+                _GRADING.release()
+        kill_run_cgroups(self.settings.run_id)  # the spare too, if a task holds the lock
+        shutil.rmtree(self.settings.workdir, ignore_errors=True)
+
+    def enter(self):
+        """Make this run the one whose kernels this process starts (environment, directory)."""
+        from ..judge.execute import Spare
+
+        if _State.run != self.name:  # a spare kernel of another run has its limits: not ours
+            Spare.discard()
+            _State.run = self.name
+        os.environ.update(self.settings.limits.environment())
+        os.environ[RUN_ENV] = self.settings.run_id
+        os.chdir(self.settings.root)
+
+    def grader_dir(self):
+        return Path(self.settings.workdir) / "grader"
+
+    def config(self):
+        return pipeline.autograde_config(self.settings, f"sqlite:///{self.grader_dir() / 'gradebook.db'}",
+                                       pipeline.INTERNAL_ID, self.grader_dir() / "submitted")
+
+    def grade(self, student, files):
+        """Grade one submission (``files``: name -> bytes) in this worker's scratch course."""
+        with _GRADING:
+            self.enter()
+            settings = self.settings
+            submitted = Path(settings.root) / SUBMITTED
+            shutil.rmtree(submitted, ignore_errors=True)
+            folder = submitted / student / settings.assignment
+            folder.mkdir(parents=True)
+            for name, data in files.items():
+                (folder / name).write_bytes(data)
+            try:
+                return pipeline.grade_student(settings, student, self.grader_dir(),
+                                            f"sqlite:///{self.grader_dir() / 'gradebook.db'}")
+            finally:
+                shutil.rmtree(submitted, ignore_errors=True)
+
+
+_GRADING = threading.Lock()  # one submission at a time per worker process, whatever the run
+
+
+class _State:
+    run = None  # the plugin whose environment (and spare kernel) this worker process has
+
+
+def _launch_spare(config):
+    """Launch a sandboxed kernel now, kept as the spare for this process's first notebook."""
+    from ..judge.execute import LimitedExecute, Spare
+
+    executor = LimitedExecute(config=config)
+    executor.kernel_name = "python3"  # the course's notebooks' kernel (nbgrader's default too)
+    Spare.keep(executor._launch())
+
+
+def grade_task(plugin_name, student, files):
+    """The Dask task: grade ``student``'s ``files`` with this worker's plugin of the run."""
+    from distributed import get_worker
+
+    return get_worker().plugins[plugin_name].grade(student, files)
+
+
+def grader_digest():
+    """SHA-256 of the code a verdict depends on, as this process imports it.
+
+    The grader (``autograder/``, its checks included) and the reference library the checks
+    compare with (``transformer_ref``).
+    """
+    import transformer_ref
+
+    digest = hashlib.sha256()
+    for package in (Path(__file__).resolve().parents[1], Path(transformer_ref.__file__).resolve().parent):
+        for path in sorted(package.rglob("*.py")):
+            digest.update(f"{package.name}/{path.relative_to(package)}".encode() + b"\0"
+                          + path.read_bytes())
+    return digest.hexdigest()
+
+
+async def forget_plugin(name, dask_worker):
+    """Remove plugin ``name`` from this worker (Dask's own removal) if it is still there;
+    True if it was.
+
+    Dask can leave an unregistered plugin behind on a worker that joined as the run ended
+    (the removal reached the new worker before the plugin it had been sent on joining), with
+    the run's scratch folder; the client calls this on every worker after unregistering.
+    """
+    if name not in dask_worker.plugins:
+        return False
+    await dask_worker.plugin_remove(name)
+    return True

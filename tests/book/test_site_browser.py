@@ -1,0 +1,510 @@
+"""The built website in a real browser: Debian's Chromium, driven headless by Playwright.
+
+A local ``http.server`` on 127.0.0.1 serves ``_build/html``; every page of the table of
+contents must load with no console error and no failed request, fetch nothing from any other
+host, typeset its math (no raw TeX left), and show every image. Every lab (``transformer_ref.labs``) must
+respond to each of its controls. Playwright never downloads a browser
+here: it drives ``/usr/bin/chromium``.
+
+Every page is also audited once, in one browser tab that is switched between three states
+(1280 px light, 1280 px dark, 390 px light): nothing scrolls sideways on a phone outside a
+scroll container and nothing is cut off at the right; every table, image, SVG and display
+equation fits its column at 1280 px, and every display equation at 390 px too; every figure's
+smallest text is at least 9 pt as shown at 1280 px; table
+headers meet WCAG AA contrast in light and dark mode; no output shows an object repr
+(``<... at 0x...>``); axe-core (``node_modules``, pinned in ``package-lock.json``) finds no
+WCAG 2.0/2.1 A or AA violation in light or dark mode; every page has a favicon and exactly
+one search box; search results quote no raw TeX.
+
+Set ``BOOK_SCREENSHOTS=<dir>`` to also save a full-page PNG of every page there.
+"""
+
+import functools
+import os
+import re
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import matplotlib.pyplot as plt
+import pytest
+import yaml
+
+from transformer_ref.plotting import smallest_text_pt, use_book_style
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+MATHJAX_TIMEOUT_MS = 30_000
+
+if not CHROMIUM.is_file():
+    pytest.skip(
+        "Chromium not found at /usr/bin/chromium: run `apt-get install chromium "
+        "fonts-noto-color-emoji` (as root) to run the browser tests",
+        allow_module_level=True,
+    )
+if not (HTML / "index.html").is_file():
+    pytest.skip("the book is not built: run `make book` first", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def toc_docs():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [toc["root"]] + [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
+
+
+DOCS = toc_docs()
+CHAPTERS = [doc for doc in DOCS if doc.startswith("chapters/")]
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # keep pytest's output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    """Base URL of ``_build/html`` served on 127.0.0.1 (a free port) for this module."""
+    handler = functools.partial(QuietHandler, directory=str(HTML))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
+        )
+        yield browser
+        browser.close()
+
+
+class PageLog:
+    """What one page did: console errors, uncaught exceptions, failed and off-site requests."""
+
+    def __init__(self, page, host):
+        self.errors, self.failed, self.offsite = [], [], []
+        page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
+        page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
+        page.on("requestfailed", lambda req: self.failed.append(f"{req.url} ({req.failure})"))
+        page.on("response", lambda res: res.status >= 400 and self.failed.append(
+            f"{res.url} (HTTP {res.status})"))
+
+        def guard(route):  # nothing may leave this machine: record and block it
+            if urlsplit(route.request.url).hostname != host:
+                self.offsite.append(route.request.url)
+                return route.abort()
+            return route.continue_()
+
+        page.route("**/*", guard)
+
+
+def open_page(browser, url, width=1280):
+    """A fresh page at ``url``, loaded, with MathJax (if the page uses it) finished."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    log = PageLog(page, "127.0.0.1")
+    page.goto(url, wait_until="load")
+    page.wait_for_function(
+        "() => !document.querySelector('.math') || (window.MathJax && MathJax.startup"
+        " && MathJax.startup.promise)", timeout=MATHJAX_TIMEOUT_MS)
+    page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+    return context, page, log
+
+
+# Visible text of the article, leaving out code and what MathJax already typeset.
+ARTICLE_TEXT_JS = """() => {
+  const root = (document.querySelector('article') || document.body).cloneNode(true);
+  root.querySelectorAll('pre, code, script, style, mjx-container, .MathJax, textarea')
+      .forEach(el => el.remove());
+  return root.textContent;
+}"""
+RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\$[^$\n]*\\[A-Za-z]+[^$\n]*\$")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_page_renders_offline_without_errors(browser, site, doc):
+    context, page, log = open_page(browser, f"{site}/{doc}.html")
+    try:
+        assert not log.offsite, f"{doc} requested off-site resources: {log.offsite}"
+        assert not log.failed, f"{doc} has failed requests: {log.failed}"
+        assert not log.errors, f"{doc} logged console errors: {log.errors}"
+
+        math_nodes = page.locator(".math").count()
+        if math_nodes:
+            typeset = page.locator("mjx-container").count()
+            assert typeset >= math_nodes, f"{doc}: {typeset} of {math_nodes} formulas typeset"
+            assert page.locator("mjx-merror").count() == 0, f"{doc}: a formula has a TeX error"
+        raw = RAW_TEX.findall(page.evaluate(ARTICLE_TEXT_JS))
+        assert not raw, f"{doc}: raw TeX left in the page: {raw[:5]}"
+
+        broken = page.evaluate(
+            "() => Array.from(document.images)"
+            ".filter(img => !img.complete || img.naturalWidth === 0)"
+            ".map(img => img.currentSrc || img.id)")
+        assert not broken, f"{doc}: images that did not load: {broken}"
+
+        if os.environ.get("BOOK_SCREENSHOTS"):
+            target = Path(os.environ["BOOK_SCREENSHOTS"]) / f"{doc.replace('/', '_')}.png"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(target), full_page=True)
+    finally:
+        context.close()
+
+
+def test_a_lab_responds_to_its_controls(browser, site):
+    """Every kernel-free lab (``transformer_ref.labs``) is drawn, and each of its sliders redraws it.
+
+    ``test_labs_browser.py`` checks what each lab shows against the library.
+    """
+    seen = []
+    for doc in CHAPTERS:
+        if 'class="tr-lab"' not in (HTML / f"{doc}.html").read_text(encoding="utf-8"):
+            continue
+        context, page, log = open_page(browser, f"{site}/{doc}.html")
+        try:
+            labs = page.locator("div.tr-lab")
+            for index in range(labs.count()):
+                lab = labs.nth(index)
+                lab.scroll_into_view_if_needed()
+                name = lab.get_attribute("id")
+                assert "tr-lab-ready" in lab.get_attribute("class"), f"{doc}: {name} was not drawn"
+                assert lab.locator(".tr-lab-panel svg").count() >= 2, f"{doc}: {name} has no panels"
+                readout = lab.locator(".tr-lab-readout")
+                sliders = lab.locator("input[type=range]")
+                for i in reversed(range(sliders.count())):  # the last first: a slider may narrow the next's range
+                    slider, before = sliders.nth(i), readout.text_content()
+                    drawn = lab.locator(".tr-lab-panels").inner_html()
+                    target = "0" if slider.input_value() != "0" else slider.get_attribute("max")
+                    slider.fill(target)  # a range input: sets the value and fires 'input'
+                    assert readout.text_content() != before, f"{doc}: {name}: slider {i} left the readout"
+                    assert lab.locator(".tr-lab-panels").inner_html() != drawn, f"{doc}: {name}: no redraw"
+                seen.append(name)
+            assert not log.errors, f"{doc}: console errors while using the labs: {log.errors}"
+        finally:
+            context.close()
+    assert seen, f"no chapter has a lab (transformer_ref.labs): {CHAPTERS}"
+
+
+# ---------------------------------------------------------------------------------------
+# Layout, contrast and accessibility, audited once per page (one tab, three states).
+
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+DESKTOP, PHONE = 1280, 390
+MIN_TEXT_PX = 12     # 9 pt: the smallest figure text a reader should have to read
+OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]*(?: object)? at 0x[0-9a-fA-F]+>")
+
+# Elements of the article that stick out of the column or of the screen. An element inside a
+# scroll container (an ancestor with overflow-x auto or scroll) is fine: it scrolls there. An
+# element that an overflow-x hidden/clip ancestor cuts off is not, and neither is one that
+# pushes the page itself wider than the screen.
+OVERFLOW_JS = """() => {
+  const article = document.querySelector('article.bd-article') || document.body;
+  const box = article.getBoundingClientRect();
+  const style = getComputedStyle(article);
+  const column = {left: box.left + parseFloat(style.paddingLeft),
+                  right: box.right - parseFloat(style.paddingRight)};
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+      + (el.className && typeof el.className === 'string'
+         ? '.' + el.className.trim().split(/\\s+/).slice(0, 2).join('.') : '');
+  const where = el => {
+    const parts = [];
+    for (let e = el; e && e !== article && parts.length < 4; e = e.parentElement) parts.unshift(name(e));
+    const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
+    return parts.join(' > ') + (text ? ` "${text}"` : '');
+  };
+  // The right edge an element may reach: that of every overflow-hidden ancestor up to the
+  // nearest scroll container, and, with no scroll container, that of the screen.
+  const rightLimit = el => {
+    let limit = Infinity;
+    for (let e = el.parentElement; e && e !== document.documentElement; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX;
+      if (o === 'auto' || o === 'scroll') return limit;
+      if (o === 'hidden' || o === 'clip') limit = Math.min(limit, e.getBoundingClientRect().right);
+    }
+    return Math.min(limit, window.innerWidth);
+  };
+  const sticking = [];
+  for (const el of article.querySelectorAll('*')) {
+    if (el.closest('mjx-assistive-mml')) continue;      // MathJax's clipped copy for screen readers
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || !el.checkVisibility({visibilityProperty: true})) continue;
+    const limit = rightLimit(el);
+    if (r.right > limit + 2) sticking.push(`${where(el)}: right edge ${Math.round(r.right)} > ${Math.round(limit)}`);
+  }
+  // Tables, images, SVGs and display equations must fit the column itself; an equation's
+  // container scrolls (custom.css), so compare the width of what it holds.
+  const wide = [], wideMath = [];
+  const blocks = article.querySelectorAll('table, img, svg, mjx-container[display="true"]');
+  for (const el of blocks) {
+    if (el.closest('mjx-container') && el.tagName !== 'MJX-CONTAINER') continue;   // MathJax's own parts
+    if (el.closest('button, .headerlink, .copybtn')) continue;                     // icons
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || !el.checkVisibility({visibilityProperty: true})) continue;
+    const width = el.tagName === 'MJX-CONTAINER' ? Math.max(el.scrollWidth, r.width) : r.width;
+    const room = column.right - Math.max(r.left, column.left);
+    // An equation also shares its line with its number: it must fit its own box.
+    const squeezed = el.tagName === 'MJX-CONTAINER' && el.scrollWidth > el.clientWidth + 1;
+    if (width > room + 1 || squeezed) {
+      const text = `${where(el)}: ${Math.round(width)} px in ${Math.round(squeezed ? el.clientWidth : room)} px`;
+      (el.tagName === 'MJX-CONTAINER' ? wideMath : wide).push(text);
+    }
+  }
+  // Text outputs and code wrap at this width: none needs its own scroll bar at 1280 px.
+  const scrolled = [...article.querySelectorAll('.cell_output pre')]
+    .filter(el => el.scrollWidth > el.clientWidth + 1).map(where);
+  return {pageWidth: document.documentElement.scrollWidth, viewport: window.innerWidth,
+          sticking: sticking.slice(0, 12), wide: wide.slice(0, 12), wideMath: wideMath.slice(0, 12),
+          scrolledOutputs: scrolled.slice(0, 12)};
+}"""
+
+# WCAG 2 contrast ratio of the text of every table header cell against the background it is
+# drawn on (translucent backgrounds composited up to the page).
+HEADER_CONTRAST_JS = """() => {
+  const rgba = c => {
+    const m = c.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return null;
+    const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const canvas = () => {
+    const root = rgba(getComputedStyle(document.documentElement).backgroundColor);
+    const body = rgba(getComputedStyle(document.body).backgroundColor);
+    return (body && body[3] > 0 ? body : root && root[3] > 0 ? root : [255, 255, 255, 1]).slice(0, 3);
+  };
+  const background = el => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    let out = layers.length && layers[layers.length - 1][3] >= 1 ? [0, 0, 0] : canvas();
+    for (const c of layers.reverse()) out = out.map((v, i) => c[i] * c[3] + v * (1 - c[3]));
+    return out;
+  };
+  const lum = rgb => rgb.map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+                        .reduce((s, v, i) => s + [0.2126, 0.7152, 0.0722][i] * v, 0);
+  const out = [];
+  for (const th of document.querySelectorAll('article th')) {
+    const holders = [th, ...th.querySelectorAll('*')].filter(
+      e => [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()));
+    for (const el of holders) {
+      const fg = rgba(getComputedStyle(el).color), bg = background(el);
+      const rgb = fg.slice(0, 3).map((v, i) => v * fg[3] + bg[i] * (1 - fg[3]));
+      const [a, b] = [lum(rgb), lum(bg)];
+      out.push({text: el.textContent.trim().slice(0, 40),
+                ratio: (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05),
+                color: rgb.map(Math.round), background: bg.map(Math.round)});
+    }
+  }
+  return out;
+}"""
+
+# Dark mode changes colours only, not the document: there, only the colour rules run again.
+AXE_COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+AXE_RUN_JS = """async ([kind, values]) => {
+  const result = await axe.run(document, {runOnly: {type: kind, values: values},
+                                          resultTypes: ['violations']});
+  return result.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help, count: v.nodes.length,
+    nodes: v.nodes.slice(0, 4).map(n => n.target.join(' ')),
+    inLab: v.nodes.every(n => n.target.some(t => document.querySelector(t)
+                                            && document.querySelector(t).closest('.animation'))),
+  }));
+}"""
+
+SEARCH_BOXES_JS = """() => [...document.querySelectorAll(
+    'input[type="search"], input[name="q"], button.search-button, button.search-button-field')]
+  .filter(el => el.checkVisibility({visibilityProperty: true, opacityProperty: true}))
+  .map(el => el.outerHTML.slice(0, 80))"""
+
+# Every image a cell made (myst-nb writes them to _images/; a glued figure's <img> sits in its
+# <figure>, not in a cell output): the width the page shows it at and the width of the PNG.
+FIGURE_SCALE_JS = """() => [...document.querySelectorAll('article img[src*="_images/"]')].map(img => {
+  const figure = img.closest('figure');
+  return {where: (figure && figure.id) || img.getAttribute('src'),
+          shown: img.getBoundingClientRect().width, natural: img.naturalWidth};
+})"""
+
+FAVICON_JS = """async () => {
+  const link = document.querySelector('link[rel~="icon"]');
+  if (!link) return null;
+  const response = await fetch(link.href);
+  return {href: link.getAttribute('href'), ok: response.ok,
+          type: response.headers.get('content-type')};
+}"""
+
+
+def set_theme(page, mode):
+    """Switch the theme's colour mode in place (what its light/dark button does), then wait
+    for the colour transitions it starts (0.15 s on the theme's buttons) to end, so contrast
+    is measured on the final colours."""
+    page.evaluate("""(mode) => {
+      document.documentElement.dataset.theme = mode;
+      document.documentElement.dataset.mode = mode;
+    }""", mode)
+    page.evaluate("""() => Promise.race([
+      new Promise(r => setTimeout(r, 2000)),
+      Promise.all(document.getAnimations().filter(a => a.transitionProperty).map(a => a.finished.catch(() => null))),
+    ]).then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))))""")
+
+
+def audit_page(browser, site, doc):
+    """Everything the layout and accessibility tests check on one page, in one tab."""
+    context, page, log = open_page(browser, f"{site}/{doc}.html", width=DESKTOP)
+    try:
+        report = {"desktop": page.evaluate(OVERFLOW_JS),
+                  "figures": page.evaluate(FIGURE_SCALE_JS),
+                  "text": page.evaluate(
+                      "() => (document.querySelector('article') || document.body).innerText"),
+                  "search_boxes": page.evaluate(SEARCH_BOXES_JS),
+                  "favicon": page.evaluate(FAVICON_JS)}
+        if AXE.is_file():
+            page.add_script_tag(path=str(AXE))
+        for mode in ("light", "dark"):
+            set_theme(page, mode)
+            report[f"contrast_{mode}"] = page.evaluate(HEADER_CONTRAST_JS)
+            if AXE.is_file():
+                rules = ["tag", AXE_TAGS] if mode == "light" else ["rule", AXE_COLOUR_RULES]
+                report[f"axe_{mode}"] = page.evaluate(AXE_RUN_JS, rules)
+        set_theme(page, "light")
+        page.set_viewport_size({"width": PHONE, "height": 844})
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        report["phone"] = page.evaluate(OVERFLOW_JS)
+        if os.environ.get("BOOK_SCREENSHOTS"):
+            target = Path(os.environ["BOOK_SCREENSHOTS"]) / f"{doc.replace('/', '_')}.phone.png"
+            page.screenshot(path=str(target), full_page=True)
+            page.set_viewport_size({"width": DESKTOP, "height": 900})
+            set_theme(page, "dark")
+            page.screenshot(path=str(target.with_suffix("").with_suffix(".dark.png")),
+                            full_page=True)
+        report["errors"] = list(log.errors)
+        return report
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def audit(browser, site):
+    """``audit(doc)``: the page's report from ``audit_page``, computed once per module."""
+    reports = {}
+
+    def get(doc):
+        if doc not in reports:
+            reports[doc] = audit_page(browser, site, doc)
+        return reports[doc]
+
+    return get
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_nothing_scrolls_sideways_on_a_phone(audit, doc):
+    phone = audit(doc)["phone"]
+    assert phone["pageWidth"] <= phone["viewport"], (
+        f"{doc}: at {PHONE} px the page is {phone['pageWidth']} px wide: {phone['sticking']}")
+    assert not phone["sticking"], f"{doc}: at {PHONE} px, cut off or outside the screen: {phone['sticking']}"
+    assert not phone["wideMath"], (
+        f"{doc}: display equations wider than the column at {PHONE} px: {phone['wideMath']}")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_tables_figures_and_equations_fit_the_column(audit, doc):
+    desktop = audit(doc)["desktop"]
+    too_wide = desktop["wide"] + desktop["wideMath"]
+    assert not too_wide, f"{doc}: wider than the text column at {DESKTOP} px: {too_wide}"
+    assert not desktop["sticking"], f"{doc}: cut off at {DESKTOP} px: {desktop['sticking']}"
+    assert not desktop["scrolledOutputs"], (
+        f"{doc}: text outputs too wide for the column at {DESKTOP} px: {desktop['scrolledOutputs']}")
+
+
+def figure_text_px(shown, natural):
+    """CSS px of a figure's smallest text (the book style's, ``smallest_text_pt``) when its PNG,
+    ``natural`` px wide at the style's dpi, is shown ``shown`` CSS px wide."""
+    with plt.rc_context():
+        use_book_style()
+        dpi = plt.rcParams["savefig.dpi"]
+        assert dpi == plt.rcParams["figure.dpi"], "inline figures use figure.dpi, saved ones savefig.dpi"
+    return smallest_text_pt() / 72 * dpi * shown / natural
+
+
+def test_figure_text_px_scales_with_the_shown_width():
+    assert figure_text_px(100, 100) == pytest.approx(10.5 / 72 * 110)   # 16.0 px at full size
+    assert figure_text_px(672, 8 * 110) == pytest.approx(12.25, abs=0.01)   # 8 in, 672 px column
+    assert figure_text_px(672, 8.5 * 110) < MIN_TEXT_PX                       # 8.5 in is too wide
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_figure_text_is_at_least_9_pt_as_shown(audit, doc):
+    """At 1280 px every figure's smallest text renders at 12 CSS px (9 pt) or more.
+
+    ``test_plotting.py`` checks that no figure sets its text below the book style's sizes
+    or changes its dpi, so the style's smallest size, scaled as the page shows the PNG, is
+    the smallest text on the page."""
+    figures = audit(doc)["figures"]
+    made = (HTML / f"{doc}.html").read_text(encoding="utf-8").count('src="../_images/')
+    assert len(figures) == made, f"{doc}: {len(figures)} of the {made} cell-made images measured"
+    small = [f"{f['where']}: {figure_text_px(f['shown'], f['natural']):.1f} px "
+             f"({f['natural']} px PNG shown {f['shown']:.0f} px)"
+             for f in figures if figure_text_px(f["shown"], f["natural"]) < MIN_TEXT_PX]
+    assert not small, f"{doc}: figure text below {MIN_TEXT_PX} px (9 pt) at {DESKTOP} px: {small}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_table_headers_meet_contrast_aa(audit, doc):
+    for mode in ("light", "dark"):
+        poor = [c for c in audit(doc)[f"contrast_{mode}"] if c["ratio"] < 4.5]
+        assert not poor, f"{doc}: table headers below 4.5:1 in {mode} mode: {poor[:4]}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_object_reprs_in_outputs(audit, doc):
+    reprs = OBJECT_REPR.findall(audit(doc)["text"])
+    assert not reprs, f"{doc}: the page shows object reprs (a cell's stray last value?): {reprs}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_accessibility_violations(audit, doc):
+    if not AXE.is_file():
+        pytest.skip("axe-core is not installed: run `npm ci --ignore-scripts` (make test does)")
+    for mode in ("light", "dark"):
+        found = audit(doc)[f"axe_{mode}"]
+        assert not found, f"{doc}: axe-core finds WCAG 2 A/AA violations in {mode} mode: {found}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_one_search_box_and_a_favicon(audit, doc):
+    report = audit(doc)
+    assert len(report["search_boxes"]) == 1, f"{doc}: search boxes shown: {report['search_boxes']}"
+    favicon = report["favicon"]
+    assert favicon and favicon["ok"], f"{doc}: no favicon that loads: {favicon}"
+    assert not report["errors"], f"{doc}: console errors while audited: {report['errors']}"
+
+
+def test_search_results_quote_no_raw_tex(browser, site):
+    """The search page's snippets come from the pages' HTML, where formulas are still TeX."""
+    context, page, log = open_page(browser, f"{site}/search.html?q=rotation+frequency")
+    try:
+        page.wait_for_selector("#search-results ul.search li p.context", timeout=20_000)
+        page.wait_for_function("() => !document.querySelector('#search-progress')"
+                               " || !document.querySelector('#search-progress').textContent"
+                               ".includes('Preparing')", timeout=20_000)
+        snippets = page.locator("#search-results ul.search li p.context").all_inner_texts()
+        assert snippets, "the search found nothing for 'rotation frequency'"
+        raw = [s for s in snippets if RAW_TEX.search(s) or re.search(r"\\[A-Za-z]{2,}", s)]
+        assert not raw, f"search snippets with raw TeX: {raw[:3]}"
+        assert not log.errors, f"console errors on the search page: {log.errors}"
+    finally:
+        context.close()

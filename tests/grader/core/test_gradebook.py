@@ -1,0 +1,160 @@
+"""The gradebook module: what a worker reads out of a gradebook, the driver records back.
+
+A real SQLite gradebook with the toy assignment: a result recorded by
+``gradebook.record`` reads back cell for cell with ``gradebook.read_scores``; a
+re-recorded result replaces the autograded scores without duplicating a row and
+keeps a manual score (marking the cell for review, as nbgrader does); a failed
+submission scores 0 in every cell; a URL that cannot be a gradebook is one line.
+"""
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.core import gradebook
+from autograder.host.release import generate
+from autograder.core.results import CellScore, NotebookScores, StudentResult
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "course"
+
+
+@pytest.fixture()
+def db(tmp_path):
+    shutil.copytree(FIXTURE / "solutions", tmp_path / "solutions")
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    generate("toy", tmp_path, release_dir=tmp_path / "release" / "toy", db_url=url)
+    return url
+
+
+def result(student="ada", add=1.0, status="ok"):
+    grades = (CellScore("test_add_visible", add, 1.0), CellScore("test_add_hidden", 2.0, 2.0),
+              CellScore("test_softmax_visible", 1.0, 1.0), CellScore("test_softmax_hidden", 0.0, 2.0),
+              CellScore("why", None, 1.0))
+    return StudentResult(student=student, status=status,
+                         notebooks=[NotebookScores("toy", None, grades, (("why", "see me"),))])
+
+
+def test_recorded_scores_read_back_cell_for_cell(db):
+    score, max_score, needs_manual = gradebook.record(db, "toy", result())
+    assert (score, max_score, needs_manual) == (4.0, 7.0, True)
+    _, notebooks = gradebook.read_scores(db, "toy", "ada")
+    assert [nb.grades for nb in notebooks] == [nb.grades for nb in result().notebooks]
+    assert dict(notebooks[0].comments) == {"add": None, "softmax": None, "why": "see me"}
+    again = StudentResult(student="ada", notebooks=notebooks)  # and back: nothing changes
+    assert gradebook.record(db, "toy", again) == (score, max_score, needs_manual)
+    assert gradebook.read_scores(db, "toy", "ada")[1] == notebooks
+
+
+def test_re_recording_replaces_autograded_scores_and_keeps_manual_ones(db):
+    gradebook.record(db, "toy", result())
+    with gradebook.open_gradebook(db) as gb:
+        grade = gb.find_grade("why", "toy", "toy", "ada")
+        grade.manual_score = 1.0
+        grade.needs_manual_grade = False
+        gb.db.commit()
+    score, _, needs_manual = gradebook.record(db, "toy", result(add=0.0))
+    assert score == 3.0 + 1.0 and needs_manual  # the manual point stays, flagged for review
+    with gradebook.open_gradebook(db) as gb:
+        assert len(gb.assignment_submissions("toy")) == 1
+        assert gb.find_grade("test_add_visible", "toy", "toy", "ada").auto_score == 0.0
+
+
+def test_a_failed_submission_scores_zero_everywhere(db):
+    score, max_score, _ = gradebook.record(db, "toy", result(status="error"))
+    assert (score, max_score) == (0.0, 7.0)
+
+
+def test_a_url_that_cannot_be_a_gradebook_is_one_line(tmp_path):
+    with pytest.raises(gradebook.GradebookError, match="does not exist"):
+        gradebook.check_url(f"sqlite:///{tmp_path / 'missing' / 'g.db'}")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(gradebook.GradebookError, match="not an SQLite database"):
+        gradebook.check_url(f"sqlite:///{tmp_path / 'notes.txt'}")
+    assert not (tmp_path / "missing").exists()
+
+
+def submission_rows(db_url, student):
+    """(notebook, grade cells, comment cells) of each notebook of ``student``'s toy submission."""
+    with gradebook.open_gradebook(db_url) as gb:
+        sub = gb.find_submission("toy", student)
+        return [(nb.name, sorted(g.name for g in nb.grades), sorted(c.name for c in nb.comments))
+                for nb in sub.notebooks]
+
+
+def test_a_new_submission_has_the_rows_nbgrader_makes(db):
+    gradebook.record(db, "toy", result())
+    with gradebook.open_gradebook(db) as gb:  # nbgrader's own way, for a second student
+        gb.update_or_create_student("grace")
+        gb.add_submission("toy", "grace")
+    assert submission_rows(db, "ada") == submission_rows(db, "grace")
+    [(name, grades, comments)] = submission_rows(db, "ada")
+    assert name == "toy" and len(grades) == 5 and "why" in comments
+
+
+# -- a PostgreSQL gradebook: one kept session, the write lock, forks ----------------------------
+def backends(url):
+    """Process ids of the server sessions on ``url``'s database, other than the asking one."""
+    import psycopg
+
+    with psycopg.connect(gradebook.libpq_url(url), autocommit=True) as conn:
+        return sorted(r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"))
+
+
+@pytest.fixture()
+def pg(tmp_path, postgres):
+    url = postgres(f"gradebook_{tmp_path.name[-12:].replace('-', '_').lower()}")
+    with gradebook.open_gradebook(url):  # made ready as ``grade`` makes it
+        pass
+    shutil.copytree(FIXTURE / "solutions", tmp_path / "solutions")
+    generate("toy", tmp_path, release_dir=tmp_path / "release" / "toy", db_url=url)
+    return url
+
+
+def test_postgres_records_keep_one_session_that_a_fork_leaves_alone(pg):
+    import gc
+    import os
+
+    assert gradebook.record(pg, "toy", result("ada")) == (4.0, 7.0, True)
+    [session] = backends(pg)
+    gradebook.record(pg, "toy", result("grace"))
+    assert backends(pg) == [session]  # the same server session, not one per result
+    child = os.fork()
+    if child == 0:  # what a forked grading worker does with the parent's gradebook: nothing
+        gradebook._ENGINES.clear()
+        gc.collect()
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    time.sleep(0.2)
+    assert backends(pg) == [session]  # the child did not end the parent's session
+    gradebook.record(pg, "toy", result("alan"))
+    assert backends(pg) == [session]
+
+
+def test_postgres_record_reconnects_after_the_server_ends_its_session(pg):
+    import psycopg
+
+    gradebook.record(pg, "toy", result("ada"))
+    [session] = backends(pg)
+    with psycopg.connect(gradebook.libpq_url(pg), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (session,))
+    time.sleep(0.2)
+    assert gradebook.record(pg, "toy", result("grace", add=0.0)) == (3.0, 7.0, True)
+    assert backends(pg) not in ([], [session])
+
+
+def test_postgres_new_students_wait_for_the_write_lock(pg):
+    import threading
+
+    gradebook.record(pg, "toy", result("ada"))
+    done = []
+    with gradebook.writing(pg):  # another run creating students, say from its roster
+        thread = threading.Thread(target=lambda: done.append(gradebook.record(pg, "toy", result("grace"))))
+        thread.start()
+        thread.join(1.5)
+        assert thread.is_alive() and not done
+    thread.join(30)
+    assert done == [(4.0, 7.0, True)]

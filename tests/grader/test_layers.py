@@ -1,0 +1,133 @@
+"""The grader's layout is its process map: what each folder's code may import.
+
+Every ``import`` of every module (at the top or inside a function) is read from the source
+and resolved, then checked against the folder it lives in:
+
+* ``autograder/kernel/`` (the probe, inside the student's sandbox): the standard library and
+  NumPy only;
+* ``autograder/sandbox/`` (the launcher, before every kernel): the standard library only,
+  which a fresh ``python -I`` also shows by running the launcher's own import line;
+* ``autograder/core/``: nothing of ``host``, ``worker``, ``judge``;
+* ``autograder/judge/``: nothing of ``worker`` or ``host``;
+* ``autograder/worker/``: nothing of ``host``;
+* ``autograder/checks/``: the library, NumPy and torch, not the grader's processes;
+* ``lib/transformer_ref`` never imports the grader; nothing outside ``tests/`` imports
+  ``tests/`` (the test helpers' module names included).
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GRADER = ROOT / "autograder"
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+TEST_HELPERS = {"tests", "conftest", "notebooks", "leftovers", "servers"}
+
+
+def module_name(path, root=ROOT):
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def imports(path, root=ROOT):
+    """Absolute names of every module ``path`` imports (relative imports resolved)."""
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            prefix = ".".join(base + ([node.module] if node.module else []))
+            found.add(prefix)  # and each name, which may be a module of it (from . import x)
+            found.update(f"{prefix}.{alias.name}" for alias in node.names)
+    return found
+
+
+def grader_layer(name):
+    """``host``, ``worker``, ... for ``autograder.<layer>...``; ``top`` for the package itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "top"
+
+
+def modules(folder):
+    return sorted(folder.rglob("*.py"))
+
+
+def violations(folder, allowed):
+    """``(file, import)`` pairs under ``folder`` for which ``allowed(name)`` is False."""
+    return [(str(path.relative_to(ROOT)), name) for path in modules(folder)
+            for name in sorted(imports(path)) if not allowed(name)]
+
+
+def top(name):
+    return name.split(".")[0]
+
+
+def test_the_resolver_sees_relative_function_level_and_package_imports(tmp_path):
+    """The checks below can fail: a planted module's imports are all found."""
+    planted = tmp_path / "autograder" / "worker" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("import os\nfrom ..host import driver\n"
+                       "def f():\n    from ..judge.execute import Spare\n    from . import audit\n")
+    assert imports(planted, root=tmp_path) == {
+        "os", "autograder.host", "autograder.host.driver", "autograder.judge.execute",
+        "autograder.judge.execute.Spare",
+        "autograder.worker", "autograder.worker.audit"}
+
+
+def test_the_kernel_probe_imports_only_the_standard_library_and_numpy():
+    assert violations(GRADER / "kernel", lambda n: top(n) in STDLIB | {"numpy"}
+                      or n.startswith("autograder.kernel")) == []
+
+
+def test_the_sandbox_imports_only_the_standard_library():
+    assert violations(GRADER / "sandbox", lambda n: top(n) in STDLIB
+                      or n.startswith("autograder.sandbox")) == []
+    assert all(top(n) in STDLIB for n in imports(GRADER / "__init__.py")), \
+        "autograder/__init__.py runs in every kernel launcher: standard library only"
+
+
+def test_the_launcher_loads_no_module_outside_the_standard_library():
+    """What a kernel's launcher really imports, in a fresh isolated interpreter."""
+    from autograder.sandbox.launcher import BOOT
+
+    boot = BOOT.split("; from ")[0]  # the launcher's sys.path line, without launching
+    code = (f"{boot}; import autograder.sandbox.launcher, sys; "
+            "print('\\n'.join(sorted(k for k, v in sys.modules.items() if v is not None)))")
+    loaded = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                            check=True, timeout=60).stdout.split()
+    outside = [m for m in loaded if top(m) not in STDLIB and top(m) != "autograder"
+               and not m.startswith("_")]
+    assert "autograder.sandbox.launcher" in loaded
+    assert outside == []
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    ("core", {"host", "worker", "judge"}),
+    ("judge", {"host", "worker"}),
+    ("worker", {"host"}),
+])
+def test_lower_layers_never_import_higher_ones(layer, forbidden):
+    assert violations(GRADER / layer, lambda n: top(n) != "autograder"
+                      or grader_layer(n) not in forbidden) == []
+
+
+def test_the_checks_use_the_library_not_the_grader():
+    assert violations(GRADER / "checks", lambda n: top(n) != "autograder"
+                      or n.startswith("autograder.checks")) == []
+
+
+def test_the_library_never_imports_the_grader_or_the_build():
+    assert violations(ROOT / "lib", lambda n: top(n) not in {"autograder", "scripts"}
+                      | TEST_HELPERS) == []
+
+
+@pytest.mark.parametrize("folder", ["autograder", "lib", "scripts"])
+def test_nothing_outside_tests_imports_tests(folder):
+    assert violations(ROOT / folder, lambda n: top(n) not in TEST_HELPERS) == []
