@@ -24,7 +24,7 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from .results import OK, CellScore, NotebookScores
+from .results import CellScore, NotebookScores, Status
 
 
 class GradebookError(Exception):
@@ -275,7 +275,7 @@ def record(db_url, assignment, result):
             if data:
                 notebook.late_submission_penalty = data.late_penalty
             for grade in notebook.grades:
-                auto = 0.0 if result.status != OK else scores.get(grade.cell.name, 0.0)
+                auto = 0.0 if result.status != Status.OK else scores.get(grade.cell.name, 0.0)
                 grade.auto_score = auto
                 grade.needs_manual_grade = grade.manual_score is not None or auto is None
             comments = dict(data.comments) if data else {}

@@ -9,9 +9,28 @@ Everything here is plain data and pickles.
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
-# statuses of a submission
-OK, ERROR, MISSING, UNREADABLE = "ok", "error", "missing", "unreadable"
+
+class Status(StrEnum):
+    """What became of one submission (the ``status`` of ``grades.csv``)."""
+
+    OK = "ok"                  # graded
+    ERROR = "error"            # grading it failed (the host's fault or the grader's): see ``error``
+    MISSING = "missing"        # no notebook of the assignment was handed in
+    UNREADABLE = "unreadable"  # the notebook is not a notebook (empty, not JSON, ...)
+
+
+class LimitKind(StrEnum):
+    """A limit the executor enforced in one cell (the summary's *Hit a limit*)."""
+
+    TIMEOUT = "timeout"                    # the cell ran past its time limit
+    HANG = "hang"                          # the kernel ignored the interrupt and was restarted
+    NOTEBOOK_TIMEOUT = "notebook_timeout"  # the notebook's wall clock ran out
+    CRASH = "crash"                        # the kernel died (os._exit, a crash, the memory cap)
+    OUTPUT = "output"                      # the cell printed more than the output limit
+    KERNEL_START = "kernel_start"          # no kernel could be started for the cell
+    REPLAY = "replay"                      # re-running earlier cells after a restart failed
 
 
 @dataclass(frozen=True)
@@ -35,12 +54,12 @@ class NotebookScores:
 
 @dataclass(frozen=True)
 class LimitEvent:
-    """A limit the executor enforced (``kind``: timeout, hang, crash, output, ...)."""
+    """A limit the executor enforced (``kind``: a :class:`LimitKind`)."""
 
     notebook: str
     cell: int
     grade_id: str | None
-    kind: str
+    kind: LimitKind
     detail: str
 
 
@@ -49,7 +68,7 @@ class StudentResult:
     """Everything about one graded submission (the driver fills the last four fields)."""
 
     student: str
-    status: str = OK
+    status: Status = Status.OK
     error: str | None = None
     message: str = ""                # intake: which file was graded, or why none was
     digest: str = ""                 # content hash of what was handed in

@@ -24,7 +24,7 @@ from pathlib import Path
 from time import monotonic
 
 from ..core.nbgrader_config import SUBMITTED
-from ..core.results import ERROR, StudentResult
+from ..core.results import Status, StudentResult
 from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task, grader_digest
 
 CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
@@ -135,7 +135,7 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
                 if monotonic() - since > watchdog:
                     running.pop(future)
                     give_up(client, future)
-                    on_result(StudentResult(student=student, status=ERROR,
+                    on_result(StudentResult(student=student, status=Status.ERROR,
                                             error=f"gave up after {monotonic() - since:.0f} s",
                                             seconds=monotonic() - since))
     except BaseException:
@@ -156,13 +156,13 @@ def collect(future, student, seconds):
     try:
         result = future.result()
     except KilledWorker:
-        return StudentResult(student=student, status=ERROR, seconds=seconds,
+        return StudentResult(student=student, status=Status.ERROR, seconds=seconds,
                              error="grading this submission killed two workers")
     except Exception as error:  # noqa: BLE001 - a task that raised: the class goes on
-        return StudentResult(student=student, status=ERROR, seconds=seconds,
+        return StudentResult(student=student, status=Status.ERROR, seconds=seconds,
                              error=f"{type(error).__name__}: {error}"[:500])
     if not isinstance(result, StudentResult) or result.student != student:
-        return StudentResult(student=student, status=ERROR, seconds=seconds,
+        return StudentResult(student=student, status=Status.ERROR, seconds=seconds,
                              error="the worker returned something else than this student's result")
     return result
 

@@ -48,6 +48,7 @@ from ..core.gradebook import (GradebookError, advisory_lock, check_url, engine_u
 from ..core.limits import Limits
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
 from ..core.policy import apply_late_policy, load_settings
+from ..core.results import Status
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
 from ..worker.feedback import install_mathjax
@@ -377,7 +378,7 @@ def keep(root, db_url, assignment, result):
     stamp.unlink(missing_ok=True)
     result.score, result.max_score, result.needs_manual = record(db_url, assignment, result)
     write_files(root, result.files)
-    if result.status != "ok" and result.log:
+    if result.status != Status.OK and result.log:
         log = Path(root) / LOGS / assignment / f"{result.student}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(result.log)

@@ -11,7 +11,7 @@ from collections import deque
 from multiprocessing.connection import wait
 from time import monotonic
 
-from ..core.results import ERROR, StudentResult
+from ..core.results import Status, StudentResult
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..worker import loop
 
@@ -39,7 +39,7 @@ class Worker:
 
 def failed(student, error, seconds):
     """The result of a student whose grading crashed outside nbgrader."""
-    return StudentResult(student=student, status=ERROR, error=error, seconds=seconds)
+    return StudentResult(student=student, status=Status.ERROR, error=error, seconds=seconds)
 
 
 def run_pool(settings, students, jobs, watchdog, on_result):

@@ -8,11 +8,12 @@ from collections import Counter
 from pathlib import Path
 from time import monotonic
 
+from ..core.results import LimitKind, Status
+
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
               "submitted_at", "late_by_hours", "late_penalty", "seconds", "failed_tests", "limits",
               "tampered", "deleted", "flags", "error"]
 
-LIMIT_KINDS = ("timeout", "hang", "notebook_timeout", "crash", "output", "kernel_start", "replay")
 
 
 class Progress:
@@ -47,7 +48,7 @@ class Progress:
 
 def limits_hit(result):
     """Sorted limit kinds hit by a result ('timeout', 'hang', 'crash', 'output', ...)."""
-    return [kind for kind in result.limits if kind in LIMIT_KINDS]
+    return [kind for kind in result.limits if kind in set(LimitKind)]
 
 
 def failed_tests(result, tests):
@@ -55,7 +56,7 @@ def failed_tests(result, tests):
     scores = {(nb.name, g.name): (g.auto_score, g.max_score)
               for nb in result.notebooks for g in nb.grades}
     return [gid for nb, gid in tests
-            if result.status != "ok" or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
+            if result.status != Status.OK or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
 
 
 def csv_row(assignment, result, tests, lateness=None):
@@ -95,7 +96,7 @@ def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
             rows[(assignment, result.student)] = csv_row(assignment, result, tests, lateness)
         for student in missing:
             rows.setdefault((assignment, student), {**dict.fromkeys(CSV_FIELDS, ""), "student": student,
-                            "assignment": assignment, "score": "0", "status": "missing",
+                            "assignment": assignment, "score": "0", "status": Status.MISSING,
                             "error": "on the roster, no submission"})
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "w", newline="") as f:
@@ -161,15 +162,15 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
     sections = [
         ("Hit a limit", lambda r: ", ".join(
             f"{e.kind} in {e.grade_id or 'cell ' + str(e.cell)}" for e in r.events
-            if e.kind in LIMIT_KINDS)),
+            if e.kind in set(LimitKind))),
         ("Edited test cells (restored)", lambda r: ", ".join(r.tampered)),
         ("Deleted test cells (restored)", lambda r: ", ".join(r.deleted)),
         ("Suspicious code", lambda r: ", ".join(r.flags)),
         ("Resembles the reference (check by hand)", lambda r: "; ".join(r.resemblances)),
         ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.similar)),
-        ("Which notebook was graded", lambda r: r.message if r.status == "ok" else ""),
-        ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in ("missing", "unreadable") else ""),
-        ("Errors (scored 0; worker logs in logs/)", lambda r: r.error or "" if r.status == "error" else ""),
+        ("Which notebook was graded", lambda r: r.message if r.status == Status.OK else ""),
+        ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in (Status.MISSING, Status.UNREADABLE) else ""),
+        ("Errors (scored 0; worker logs in logs/)", lambda r: r.error or "" if r.status == Status.ERROR else ""),
     ]
     for title, describe in sections:
         lines = [(r.student, describe(r)) for r in results if describe(r)]

@@ -41,6 +41,7 @@ from traitlets import Bool, Float, Integer
 
 from ..core.cells import grade_id, is_setup_cell, is_solution, is_test_cell, visible_source
 from ..core.limits import Limits
+from ..core.results import LimitKind
 from ..sandbox.cgroups import MemoryMeter
 from . import verdict as judge
 from .kernel_manager import SandboxedKernelManager
@@ -136,11 +137,11 @@ class LimitedExecute(Execute):
                 if is_setup_cell(cell):  # trusted code: the judge runs it too
                     judge.judge_cell(cell, self._namespace)
                 if not alive:
-                    self._fail(cell, index, "kernel_start", "KernelStartError",
+                    self._fail(cell, index, LimitKind.KERNEL_START, "KernelStartError",
                                "the grading kernel could not be started")
                     continue
                 if remaining < 1:
-                    self._fail(cell, index, "notebook_timeout", "NotebookTimeoutError",
+                    self._fail(cell, index, LimitKind.NOTEBOOK_TIMEOUT, "NotebookTimeoutError",
                                f"not run: the notebook used up its {self.notebook_timeout:g} s")
                     continue
                 if is_test_cell(cell):
@@ -162,20 +163,20 @@ class LimitedExecute(Execute):
         try:
             self.execute_cell(cell, index, store_history=True)
         except DeadKernelError:
-            self._fail(cell, index, "crash", "DeadKernelError",
+            self._fail(cell, index, LimitKind.CRASH, "DeadKernelError",
                        "the kernel died (os._exit, a crash, or the memory cap)")
             return False
         if self._flooded:
-            self._fail(cell, index, "output", "OutputLimitError",
+            self._fail(cell, index, LimitKind.OUTPUT, "OutputLimitError",
                        f"the cell printed more than {self.output_limit} bytes; the rest was dropped")
         if self._timed_out:
             by_deadline = self._cell_timeout < self.timeout
             limit = (f"the notebook's time limit ({self.notebook_timeout:g} s in all) ran out"
                      if by_deadline else f"the cell ran past its time limit ({self.timeout:g} s per cell)")
-            self._fail(cell, index, "notebook_timeout" if by_deadline else "timeout",
+            self._fail(cell, index, LimitKind.NOTEBOOK_TIMEOUT if by_deadline else LimitKind.TIMEOUT,
                        "CellTimeoutError", f"{limit} and was interrupted")
             if not self._responsive():
-                self._event(cell, index, "hang", "the kernel ignored the interrupt; restarted")
+                self._event(cell, index, LimitKind.HANG, "the kernel ignored the interrupt; restarted")
                 return False
         return True
 
@@ -205,7 +206,7 @@ class LimitedExecute(Execute):
             self._channel.installed = False
             failure = judge.judge_cell(cell, self._namespace)
             if isinstance(failure, judge.JudgeError) and not self._responsive(interrupt=True):
-                self._event(cell, index, "hang", f"while judged: {failure}; restarted")
+                self._event(cell, index, LimitKind.HANG, f"while judged: {failure}; restarted")
                 alive = self._restart(done)
         cell.outputs = kernel_outputs + ([judge.verdict_output(failure)] if failure else [])
         flooded = [o for o in cell.outputs if o.get("output_type") == "error"]
@@ -398,7 +399,7 @@ class LimitedExecute(Execute):
                 source = visible_source(source)
             msg_id = self.kc.execute(source, silent=True, store_history=False, stop_on_error=False)
             if remaining < 1 or self._reply(msg_id, min(self.timeout, remaining)) is None:
-                self._event(self.nb.cells[index], index, "replay",
+                self._event(self.nb.cells[index], index, LimitKind.REPLAY,
                             "replaying earlier cells into a fresh kernel failed")
                 self._stop()
                 return self._start()

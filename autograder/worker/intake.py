@@ -51,6 +51,7 @@ from pathlib import Path
 import nbformat
 
 from ..core.cells import grade_id, is_locked, is_solution, is_test_cell, visible_source
+from ..core.results import Status
 
 __all__ = ["Intake", "take_in"]
 
@@ -136,7 +137,7 @@ def graded(pool, candidates, release, parts, retyped):
     chosen = newest(pool)
     notebook = reseat(chosen.notebook, release, parts) if retyped else chosen.notebook
     others = [c for c in candidates if c is not chosen]
-    return Intake("ok", notebook, chosen.name, tuple(c.name for c in others), retyped,
+    return Intake(Status.OK, notebook, chosen.name, tuple(c.name for c in others), retyped,
                   ok_message(chosen, len(pool), others, retyped))
 
 
@@ -147,13 +148,13 @@ def unreadable(candidates):
     others = tuple(c.name for c in candidates if c is not chosen)
     message = "; ".join([c.sentence() for c in broken]
                         + also_handed_in([c for c in candidates if c.notebook is not None]))
-    return Intake("unreadable", None, chosen.name, others, False, message)
+    return Intake(Status.UNREADABLE, None, chosen.name, others, False, message)
 
 
 def missing(names, candidates):
     """The ``"missing"`` :class:`Intake`, naming what the folder held instead."""
     held = f"the folder held: {', '.join(map(shown, names))}" if names else "the folder was empty"
-    return Intake("missing", None, None, tuple(c.name for c in candidates), False,
+    return Intake(Status.MISSING, None, None, tuple(c.name for c in candidates), False,
                   f"no notebook of this assignment; {held}")
 
 

@@ -25,7 +25,7 @@ from ..core.limits import Limits
 from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
                                     course_config)
 from ..core.policy import CourseSettings, apply_late_policy
-from ..core.results import ERROR, OK, LimitEvent, StudentResult
+from ..core.results import LimitEvent, Status, StudentResult
 from .audit import audit, restore_deleted
 from .feedback import polish
 from .intake import take_in
@@ -80,7 +80,7 @@ def stage_submission(settings, student, scratch):
         release = nbformat.read(release_path, as_version=4)
         intake = take_in(source, release)
         result.message = "; ".join(m for m in (result.message, intake.message) if m)
-        if intake.status != OK:
+        if intake.status != Status.OK:
             result.status = intake.status
             continue
         nb = intake.notebook
@@ -181,7 +181,7 @@ def grade_student(settings, student, workdir, db_url):
     result = StudentResult(student=student)
     try:
         result = stage_submission(settings, student, scratch)
-        if result.status == OK:
+        if result.status == Status.OK:
             c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
             Autograde(coursedir=CourseDirectory(config=c), config=c).start()
@@ -200,7 +200,7 @@ def grade_student(settings, student, workdir, db_url):
             result.files = {f"{FEEDBACK}/{student}/{settings.assignment}/{settings.assignment}.html":
                             explanation_page(student, settings.assignment, result)}
     except Exception as error:
-        result.status, result.error = ERROR, f"{type(error).__name__}: {error}"[:500]
+        result.status, result.error = Status.ERROR, f"{type(error).__name__}: {error}"[:500]
         result.log = traceback.format_exc()[-4000:]
         logging.getLogger("autograder").error("%s: %s", student, result.log)
     result.seconds = monotonic() - start
