@@ -310,6 +310,13 @@ def test_bad_input_raises_the_same_value_error_in_both_backends():
         assert messages[0].startswith(argument), messages[0]
 
 
+@pytest.mark.parametrize("lib", [ref, tref], ids=["numpy", "torch"])
+def test_multi_head_attention_refuses_a_latent_cache(lib):
+    x = np.zeros((1, 4, 8)) if lib is ref else torch.zeros(1, 4, 8)
+    with pytest.raises(ValueError, match="^cache must be a KVCache .*got MLACache"):
+        lib.multi_head_attention(x, ref.init_block_params(8, 2), 2, cache=lib.MLACache(1, 1, 4, 2, 8))
+
+
 def test_torch_backend_names_a_numpy_x():
     with pytest.raises(ValueError, match="^x must be a torch.Tensor"):
         call(tref, np.zeros((2, 4, C)), make_params(0))
