@@ -160,3 +160,46 @@ def check_answer_max_batch(answer):
     m = MODEL
     per_sequence = ref.kv_cache_bytes(m["n_layers"], m["n_kv_heads"], m["head_dim"], m["seq_len"])
     assert_number(answer, 80 * 10**9 // per_sequence, "ANSWER_MAX_BATCH", integer=True)
+
+
+def _naive_mla(q_nope, q_rope, c, k_rope, w_uk, w_uv, mask):
+    """MLA's attention by the naive formula: every head's keys and values rebuilt from the latents."""
+    k_nope = np.einsum("...sr,hrn->...hsn", c, w_uk)  # (..., H, S, d_nope)
+    v = np.einsum("...sr,hrv->...hsv", c, w_uv)  # (..., H, S, d_v)
+    k = np.concatenate([k_nope, np.broadcast_to(k_rope[..., None, :, :], (*k_nope.shape[:-1], k_rope.shape[-1]))],
+                       axis=-1)
+    q = np.concatenate([q_nope, q_rope], axis=-1)
+    return ref.scaled_dot_product_attention(q, k, v, mask)  # scale 1 / sqrt(d_nope + d_rope)
+
+
+def _mla_cases():
+    g = rng(206)
+
+    def case(batch, H, T, S, r, d_nope, d_rope, d_v):
+        return (g.standard_normal((*batch, H, T, d_nope)), g.standard_normal((*batch, H, T, d_rope)),
+                g.standard_normal((*batch, S, r)), g.standard_normal((*batch, S, d_rope)),
+                g.standard_normal((H, r, d_nope)) / np.sqrt(r), g.standard_normal((H, r, d_v)) / np.sqrt(r))
+
+    yield "one decoding step, no mask", case((), 4, 1, 9, 16, 8, 4, 8), None
+    yield "batch, 3 new tokens over 7, causal", case((2,), 3, 3, 7, 12, 6, 2, 5), ref.causal_mask(3, 7)
+    per_head = g.random((2, 5, 6)) < 0.5
+    per_head[..., 0] = True
+    yield "a mask per head", case((), 2, 5, 6, 8, 4, 6, 3), per_head
+
+
+@hidden_test
+def check_mla_absorbed_attention(mla_absorbed_attention):
+    """Absorbed MLA attention equals the naive formula (keys and values rebuilt per head) on seeded inputs."""
+    for label, args, mask in _mla_cases():
+        what = f"mla_absorbed_attention ({label})"
+        out = to_numpy(call(mla_absorbed_attention, *args, mask=mask, what=what), what)
+        assert_close(out, _naive_mla(*args, mask), what, **F64,
+                     hint="Score = (q_nope W_UK^T) c^T + q_rope k_rope^T, scaled by 1/sqrt(d_nope + d_rope); the "
+                          "latents c and k_rope are shared by every head; the head output is (softmax c) W_UV.")
+
+
+@hidden_test
+def check_answer_mla_cache_bytes(answer):
+    """DeepSeek-V3's latent cache for one 32,768-token sequence in bf16."""
+    expected = ref.mla_kv_cache_bytes(61, 512, 64, 32_768)
+    assert_number(answer, expected, "ANSWER_MLA_CACHE_BYTES", integer=True)

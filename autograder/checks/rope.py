@@ -111,3 +111,26 @@ def check_answer_full_turn_pairs(answer):
     """How many of the 64 pairs (head_dim 128) turn fully within 4096 positions."""
     expected = int(np.sum(4096 * ref.rope_inv_freq(128, 10000.0) >= 2 * np.pi))
     assert_number(answer, expected, "ANSWER_FULL_TURN_PAIRS", integer=True)
+
+
+@hidden_test
+def check_llama3_inv_freq(llama3_inv_freq):
+    """Llama 3's banded frequencies against the reference, Llama 3.1's own configuration included."""
+    cases = [(128, 500000.0, 8.0, 8192, 1.0, 4.0),   # Llama 3.1
+             (128, 10000.0, 10.0, 2048, 1.0, 4.0),   # Hugging Face's test configuration
+             (64, 10000.0, 4.0, 4096, 2.0, 8.0),     # other band edges
+             (128, 10000.0, 10.0, 2048, 1.0, 1000.0),  # no pair in the kept band
+             (32, 10000.0, 1.0, 4096, 1.0, 4.0),     # scale 1: plain RoPE
+             (4, 100.0, 16.0, 64, 1.0, 4.0)]         # a tiny head
+    for head_dim, base, scale, original, low, high in cases:
+        what = (f"llama3_inv_freq(head_dim={head_dim}, base={base}, scale={scale}, original_max_len={original}, "
+                f"low_freq_factor={low}, high_freq_factor={high})")
+        out = to_numpy(call(llama3_inv_freq, head_dim, base, scale, original, low_freq_factor=low,
+                            high_freq_factor=high, what=what), what)
+        assert_close(out, ref.llama3_inv_freq(head_dim, base, scale, original, low, high), what, **FREQ_TOL,
+                     hint="Pairs with wavelength 2*pi/theta_i below original_max_len / high_freq_factor keep "
+                          "theta_i, those above original_max_len / low_freq_factor get theta_i / scale, and in "
+                          "between (1 - g) * theta_i / scale + g * theta_i with "
+                          "g = (original_max_len / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor).")
+    expect_value_error(llama3_inv_freq, 128, 10000.0, 8.0, 8192, low_freq_factor=4.0, high_freq_factor=4.0,
+                       what="llama3_inv_freq with high_freq_factor == low_freq_factor", argument="high_freq_factor")

@@ -37,9 +37,13 @@ __all__ = [
     "check_window",
     "check_tile",
     "check_vector",
+    "check_rescale_factors",
     "check_norm_eps",
     "check_memory",
     "cache_offset",
+    "check_cache_type",
+    "MLASizes",
+    "check_mla_sizes",
     "cross_attention_params",
 ]
 
@@ -249,6 +253,25 @@ def check_vector(name, shape, size):
         raise ValueError(f"{name} must have shape ({size},), the last dimension of x, got {tuple(shape)}")
 
 
+def check_rescale_factors(name, factors, size):
+    """Require ``size`` positive finite rescale factors, one per RoPE pair; return them as a tuple of floats.
+
+    ``factors`` is a sequence of real numbers or a 1-D array (the torch backend passes tensors
+    in as NumPy arrays, so the message is the same)."""
+    try:
+        values = list(factors)
+    except TypeError:
+        values = None
+    if (values is None or len(getattr(factors, "shape", (size,))) != 1 or len(values) != size
+            or any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in values)):
+        got = f"shape {tuple(factors.shape)}" if hasattr(factors, "shape") else repr(factors)
+        raise ValueError(f"{name} must hold {size} numbers, one rescale factor per RoPE pair (head_dim/2), got {got}")
+    values = tuple(float(v) for v in values)
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"{name} must hold positive finite rescale factors, got {list(values)}")
+    return values
+
+
 def check_norm_eps(norm, eps):
     """Validate the ``norm`` name; return ``eps``, by default 1e-5 for LayerNorm and 1e-6 for RMSNorm."""
     check_choice("norm", norm, NORM_TYPES)
@@ -270,6 +293,27 @@ def cache_offset(cache, layer_idx):
     if layer_idx >= cache.n_layers:
         raise ValueError(f"layer_idx must be < cache.n_layers={cache.n_layers}, got {layer_idx}")
     return cache.length(layer_idx)
+
+
+def check_cache_type(cache, cls):
+    """Require ``cache`` to be None or an instance of ``cls`` (the cache type this attention stores into)."""
+    if cache is not None and not isinstance(cache, cls):
+        raise ValueError(f"cache must be a {cls.__name__} (or None), got {type(cache).__name__}")
+
+
+#: the sizes of multi-head latent attention, as returned by :func:`check_mla_sizes`
+MLASizes = namedtuple("MLASizes", "H r_kv d_nope d_rope d_v")
+
+
+def check_mla_sizes(n_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim):
+    """Validate the sizes of multi-head latent attention; return :data:`MLASizes`.
+
+    Every size is a positive integer; the RoPE part of a head is even (it is rotated in pairs)."""
+    return MLASizes(check_int("n_heads", n_heads, minimum=1),
+                    check_int("kv_lora_rank", kv_lora_rank, minimum=1),
+                    check_int("qk_nope_head_dim", qk_nope_head_dim, minimum=1),
+                    check_even("qk_rope_head_dim", qk_rope_head_dim, " (RoPE rotates pairs)"),
+                    check_int("v_head_dim", v_head_dim, minimum=1))
 
 
 def cross_attention_params(params, memory):

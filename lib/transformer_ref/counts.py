@@ -1,4 +1,4 @@
-"""Backend-free arithmetic: parameter counts, KV-cache bytes, attention cost.
+"""Backend-free arithmetic: parameter counts, KV-cache bytes (GQA and MLA), attention cost.
 
 Everything here works on plain Python integers (no arrays), so the numbers are
 exact at any scale (Llama-2-70B's 68,976,648,192 parameters fit in an ``int``).
@@ -20,6 +20,7 @@ __all__ = [
     "block_param_count",
     "model_param_count",
     "kv_cache_bytes",
+    "mla_kv_cache_bytes",
     "attention_score_bytes",
     "attention_flops",
 ]
@@ -199,6 +200,27 @@ def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch_size=1, bytes_
     batch_size = check_int("batch_size", batch_size, minimum=0)
     bytes_per_element = check_int("bytes_per_element", bytes_per_element, minimum=1)
     return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch_size * bytes_per_element
+
+
+def mla_kv_cache_bytes(n_layers, kv_lora_rank, rope_head_dim, seq_len, batch_size=1, bytes_per_element=2):
+    """Bytes held by the cache of multi-head latent attention (DeepSeek-V2 §2.1.3)::
+
+        n_layers * (kv_lora_rank + rope_head_dim) * seq_len * batch_size * bytes_per_element
+
+    Taught in chapter 2, section 'Multi-head latent attention: cache a latent, not the heads'.
+
+    Per token and layer MLA stores its latent ``c`` (``kv_lora_rank = d_c`` numbers) and the one
+    RoPE key shared by all heads (``rope_head_dim = d_h^R``), however many heads there are.
+    DeepSeek-V2 and -V3 (``d_c = 512``, ``d_h^R = 64``) store 576 numbers per layer: 34,560
+    per token over V2's 60 layers, 70,272 bytes per token in bf16 over V3's 61.
+    """
+    n_layers = check_int("n_layers", n_layers, minimum=0)
+    kv_lora_rank = check_int("kv_lora_rank", kv_lora_rank, minimum=0)
+    rope_head_dim = check_int("rope_head_dim", rope_head_dim, minimum=0)
+    seq_len = check_int("seq_len", seq_len, minimum=0)
+    batch_size = check_int("batch_size", batch_size, minimum=0)
+    bytes_per_element = check_int("bytes_per_element", bytes_per_element, minimum=1)
+    return n_layers * (kv_lora_rank + rope_head_dim) * seq_len * batch_size * bytes_per_element
 
 
 def _attention_sizes(T, S, n_heads, batch_size):

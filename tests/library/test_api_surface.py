@@ -31,13 +31,15 @@ SHARED = sorted(ref.__all__)
 BINDING = [
     # RoPE
     "rope_inv_freq", "pi_inv_freq", "ntk_inv_freq", "dynamic_ntk_inv_freq", "yarn_inv_freq",
-    "rope_angles", "rope_rotation_matrix", "apply_rope",
+    "llama3_inv_freq", "longrope_inv_freq", "rope_angles", "rope_rotation_matrix", "apply_rope",
     # attention
     "softmax", "scaled_dot_product_attention", "repeat_kv", "grouped_query_attention",
     # masks
     "causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask",
     # KV cache
     "KVCache", "kv_cache_bytes",
+    # multi-head latent attention
+    "multi_head_latent_attention", "MLACache", "mla_kv_cache_bytes",
     # block
     "layer_norm", "rms_norm", "gelu", "feed_forward", "swiglu_feed_forward",
     "multi_head_attention", "transformer_block", "init_block_params",
@@ -55,6 +57,8 @@ PINNED_PARAMS = {
     "ntk_inv_freq": ["head_dim", "base", "scale"],
     "dynamic_ntk_inv_freq": ["head_dim", "base", "scale", "seq_len", "original_max_len"],
     "yarn_inv_freq": ["head_dim", "base", "scale", "original_max_len", "beta_fast", "beta_slow"],
+    "llama3_inv_freq": ["head_dim", "base", "scale", "original_max_len", "low_freq_factor", "high_freq_factor"],
+    "longrope_inv_freq": ["head_dim", "base", "short_factor", "long_factor", "seq_len", "original_max_len", "scale"],
     "rope_angles": ["positions", "inv_freq"],
     "rope_rotation_matrix": ["position", "inv_freq"],
     "apply_rope": ["x", "positions", "inv_freq", "base", "interleaved"],
@@ -68,6 +72,9 @@ PINNED_PARAMS = {
     "padding_mask": ["lengths", "S"],
     "additive_mask": ["mask"],
     "kv_cache_bytes": ["n_layers", "n_kv_heads", "head_dim", "seq_len", "batch_size", "bytes_per_element"],
+    "mla_kv_cache_bytes": ["n_layers", "kv_lora_rank", "rope_head_dim", "seq_len", "batch_size", "bytes_per_element"],
+    "multi_head_latent_attention": ["x", "params", "n_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                    "v_head_dim", "mask", "positions", "rope_base", "cache", "layer_idx", "absorb"],
     "layer_norm": ["x", "weight", "bias", "eps"],
     "rms_norm": ["x", "weight", "eps"],
     "gelu": ["x", "approximate"],
@@ -88,13 +95,15 @@ PINNED_PARAMS = {
 # The only parameters torch may add: keyword-only, last, where the function creates tensors.
 TORCH_EXTRAS = {
     **{name: ("dtype", "device") for name in
-       ["rope_inv_freq", "pi_inv_freq", "ntk_inv_freq", "dynamic_ntk_inv_freq", "yarn_inv_freq", "init_block_params"]},
+       ["rope_inv_freq", "pi_inv_freq", "ntk_inv_freq", "dynamic_ntk_inv_freq", "yarn_inv_freq", "llama3_inv_freq",
+        "longrope_inv_freq", "init_block_params"]},
     **{name: ("device",) for name in ["causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask"]},
     "additive_mask": ("dtype",),
     "KVCache": ("device",),
+    "MLACache": ("device",),
 }
 # Defaults that differ by backend, by design: each backend's float dtype.
-BACKEND_DEFAULTS = {("KVCache", "dtype"): (np.float64, torch.float32)}
+BACKEND_DEFAULTS = {("KVCache", "dtype"): (np.float64, torch.float32), ("MLACache", "dtype"): (np.float64, torch.float32)}
 
 
 # --------------------------------------------------------------------------
@@ -169,6 +178,10 @@ def test_extras_and_backend_defaults_name_real_parameters():
 # --------------------------------------------------------------------------
 _Z = np.zeros((2, 4, 8))
 _P = ref.init_block_params(8, 2)
+# multi-head latent attention of width 8: 2 heads, latent 4, head parts 2 (nope), 2 (RoPE), 3 (values)
+_MLA = dict(kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=3)
+_MLA_P = {"wq": np.zeros((8, 8)), "wkv_a": np.zeros((8, 6)), "kv_norm_weight": np.ones(4),
+          "wkv_b": np.zeros((4, 10)), "wo": np.zeros((6, 8))}
 
 # (shared name, the argument the message must start with, call(backend, arr));
 # arr turns a NumPy array into the backend's array type
@@ -182,6 +195,8 @@ BAD_INPUTS = [
     ("yarn_inv_freq", "beta_fast", lambda b, a: b.yarn_inv_freq(8, 1e4, 2.0, 2048, beta_fast=1, beta_slow=32)),
     ("rope_angles", "inv_freq", lambda b, a: b.rope_angles(np.arange(4), np.ones((2, 4)))),
     ("rope_rotation_matrix", "position", lambda b, a: b.rope_rotation_matrix([1, 2], np.ones(2))),
+    ("llama3_inv_freq", "high_freq_factor", lambda b, a: b.llama3_inv_freq(8, 1e4, 8.0, 8192, 4.0, 4.0)),
+    ("longrope_inv_freq", "long_factor", lambda b, a: b.longrope_inv_freq(8, 1e4, [1.0] * 4, [1.0] * 3, 10, 4096, 2.0)),
     ("apply_rope", "x.shape[-1]", lambda b, a: b.apply_rope(a(np.zeros((2, 4, 7))), np.arange(4))),
     ("apply_rope", "positions", lambda b, a: b.apply_rope(a(_Z), np.arange(5))),
     ("apply_rope", "inv_freq", lambda b, a: b.apply_rope(a(_Z), np.arange(4), np.ones(3))),
@@ -214,6 +229,16 @@ BAD_INPUTS = [
     ("KVCache", "k", lambda b, a: b.KVCache(1, 1, 1, 4, 1).update(0, a(np.zeros((1, 1, 2, 4))), a(np.zeros((1, 1, 2, 4))))),
     ("KVCache", "layer", lambda b, a: b.KVCache(2, 1, 1, 4, 4).length(2)),
     ("kv_cache_bytes", "seq_len", lambda b, a: b.kv_cache_bytes(80, 8, 128, -5)),
+    # multi-head latent attention
+    ("MLACache", "kv_lora_rank", lambda b, a: b.MLACache(2, 1, 0, 64, 8)),
+    ("MLACache", "k_rope", lambda b, a: b.MLACache(1, 1, 4, 2, 4).update(0, a(np.zeros((1, 1, 4))), a(np.zeros((1, 1, 3))))),
+    ("mla_kv_cache_bytes", "rope_head_dim", lambda b, a: b.mla_kv_cache_bytes(61, 512, -64, 1)),
+    ("multi_head_latent_attention", "qk_rope_head_dim", lambda b, a: b.multi_head_latent_attention(
+        a(_Z), _MLA_P, 2, **{**_MLA, "qk_rope_head_dim": 3})),
+    ("multi_head_latent_attention", "params", lambda b, a: b.multi_head_latent_attention(
+        a(_Z), {**_MLA_P, "wo": np.zeros((5, 8))}, 2, **_MLA)),
+    ("multi_head_latent_attention", "cache", lambda b, a: b.multi_head_latent_attention(
+        a(_Z), _MLA_P, 2, **_MLA, cache=b.KVCache(1, 2, 2, 4, 8))),
     # block
     ("layer_norm", "weight", lambda b, a: b.layer_norm(a(_Z), a(np.ones(5)), None)),
     ("layer_norm", "eps", lambda b, a: b.layer_norm(a(_Z), a(np.ones(8)), None, eps="x")),
@@ -287,6 +312,7 @@ def test_torch_backend_names_a_numpy_argument():
         (lambda: tref.cross_attention(torch.zeros(2, 4, 8), a, p, 2), "memory"),
         (lambda: tref.flash_attention(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8), a), "v"),
         (lambda: tref.sliding_window_attention(a, a, a, 2), "q"),
+        (lambda: tref.multi_head_latent_attention(a, _MLA_P, 2, **_MLA), "x"),
     ]
     for call, name in cases:
         with pytest.raises(ValueError, match=f"^{name} must be a torch.Tensor"):

@@ -22,7 +22,14 @@ Sources used (abbreviations in the comments):
   (Llama 2 7B: 524,288 bytes per token); torchedup.dev "KV Cache Size" (Llama-2-7B, 2048
   tokens: 1.07 GB); runlocalai.co glossary "KV Cache" (Llama 3.x 70B: about 320 MB per 1K
   tokens; Llama 3.1 8B's GQA "a 4x cache reduction"); wes.today "GQA" (80 layers, 8K tokens:
-  ~21 GB with 64 KV heads, ~2.6 GB with 8).
+  ~21 GB with 64 KV heads, ~2.6 GB with 8);
+* [dsv2]: DeepSeek-AI 2024, "DeepSeek-V2", arXiv:2405.04434 (the PDF in deepseek-ai/DeepSeek-V2 at
+  commit ec98ee3): §3.1.2 (60 layers, n_h = 128, d_h = 128, d_c = 512, d_h^R = 64), Table 1 (MLA
+  caches (d_c + d_h^R) l ~ 9/2 d_h l elements a token, "equal to GQA with only 2.25 groups") and
+  Table 9 (the large MoE with MLA: 34.6K elements a token);
+* [dsv3]: DeepSeek-V3's reference configuration, deepseek-ai/DeepSeek-V3
+  ``inference/configs/config_671B.json`` at commit 9b4e978 (61 layers, kv_lora_rank 512,
+  qk_rope_head_dim 64, 128 heads), as in arXiv:2412.19437.
 """
 
 import pytest

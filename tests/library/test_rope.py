@@ -62,6 +62,22 @@ HF_YARN_10 = [
     4.2170e-05, 3.6517e-05, 3.1623e-05, 2.7384e-05, 2.3714e-05, 2.0535e-05,
     1.7783e-05, 1.5399e-05, 1.3335e-05, 1.1548e-05,
 ]
+# Llama 3, factor 10, original length 2048, low_freq_factor 1, high_freq_factor 4
+# (test_llama3_rope_numerically in the same file, huggingface/transformers at commit
+# 087e800256786f75d7392f947c17dfb5fac2dc3b)
+HF_LLAMA3_10 = [
+    1.0000e+00, 8.6596e-01, 7.4989e-01, 6.4938e-01, 5.6234e-01, 4.8697e-01,
+    4.2170e-01, 3.6517e-01, 3.1623e-01, 2.7384e-01, 2.3714e-01, 2.0535e-01,
+    1.7783e-01, 1.5399e-01, 1.3335e-01, 1.1548e-01, 1.0000e-01, 8.6596e-02,
+    7.4989e-02, 6.4938e-02, 5.6234e-02, 4.8697e-02, 4.2170e-02, 3.6517e-02,
+    3.1623e-02, 2.7384e-02, 2.3714e-02, 2.0535e-02, 1.7783e-02, 1.5399e-02,
+    1.3335e-02, 1.0730e-02, 7.7785e-03, 5.6009e-03, 3.9991e-03, 2.8248e-03,
+    1.9675e-03, 1.3449e-03, 8.9549e-04, 5.7363e-04, 3.4539e-04, 2.7384e-04,
+    2.3714e-04, 2.0535e-04, 1.7783e-04, 1.5399e-04, 1.3335e-04, 1.1548e-04,
+    1.0000e-04, 8.6596e-05, 7.4989e-05, 6.4938e-05, 5.6234e-05, 4.8697e-05,
+    4.2170e-05, 3.6517e-05, 3.1623e-05, 2.7384e-05, 2.3714e-05, 2.0535e-05,
+    1.7783e-05, 1.5399e-05, 1.3335e-05, 1.1548e-05,
+]
 # fmt: on
 
 
@@ -133,6 +149,60 @@ def test_yarn_matches_hugging_face(call):
     assert inv_freq[0] == pytest.approx(1.0)
     assert np.all(inv_freq[1:] < default[1:] * (1 - 1e-4))
     np.testing.assert_allclose(inv_freq[-20:], default[-20:] / 10.0, rtol=1e-4)
+
+
+@pytest.mark.parametrize("call", BACKENDS)
+def test_llama3_matches_hugging_face(call):
+    default = np.asarray(HF_DEFAULT)
+    inv_freq = np.asarray(call("llama3_inv_freq", HF_HEAD_DIM, HF_BASE, 10.0, HF_MAX_POS, 1.0, 4.0), dtype=np.float64)
+    assert inv_freq.shape == (64,)
+    assert_hf_close(inv_freq, HF_LLAMA3_10)
+    # Hugging Face's checks: bounded by default / factor and default; a huge high_freq_factor
+    # leaves no pair in the "high frequency" band, so every pair is scaled
+    margin = 1e-4 * default
+    assert np.all(default / 10.0 - margin <= inv_freq) and np.all(inv_freq <= default + margin)
+    everything = np.asarray(call("llama3_inv_freq", HF_HEAD_DIM, HF_BASE, 10.0, HF_MAX_POS, 1.0, 1000.0))
+    assert np.all(everything < default * (1 - 1e-4))
+
+
+@pytest.mark.parametrize("call", BACKENDS)
+def test_longrope_matches_hugging_face(call):
+    # Hugging Face's test_longrope_rope_numerically (same file and commit): short factors 2,
+    # long factors 1, 2, ..., 64, original length 2048; the attention factor for scale s is
+    # sqrt(1 + ln s / ln 2048). Which set applies follows the current length (modeling_rope_utils:
+    # long only when seq_len > original_max_position_embeddings).
+    short, long = [2.0] * 64, list(np.arange(1.0, 65.0))
+    default = torch.tensor(HF_DEFAULT, dtype=torch.float64)
+    for scale in (2.0, 10.0, 20.0):
+        _, attention_factor = call("longrope_inv_freq", HF_HEAD_DIM, HF_BASE, short, long, 1, HF_MAX_POS, scale)
+        assert attention_factor == pytest.approx(math.sqrt(1 + math.log(scale) / math.log(HF_MAX_POS)), rel=1e-12)
+    inv_freq, attention_factor = call("longrope_inv_freq", HF_HEAD_DIM, HF_BASE, short, long, HF_MAX_POS, HF_MAX_POS, 1.0)
+    assert attention_factor == 1.0
+    assert_hf_close(inv_freq, (default / torch.tensor(short, dtype=torch.float64)).tolist())
+    inv_freq, _ = call("longrope_inv_freq", HF_HEAD_DIM, HF_BASE, short, long, HF_MAX_POS + 1, HF_MAX_POS, 10.0)
+    assert_hf_close(inv_freq, (default / torch.tensor(long, dtype=torch.float64)).tolist())
+
+
+def test_llama31_configuration_with_base_500000():
+    # Llama 3.1 (Meta's llama-models, models/llama3/model.py apply_scaling and args.py):
+    # base 500000, factor 8, original context 8192, bands 1 and 4, head size 128
+    plain = ref.rope_inv_freq(128, 500000.0)
+    scaled = ref.llama3_inv_freq(128, 500000.0, 8.0, 8192)
+    wavelength = 2 * math.pi / plain
+    kept, divided = wavelength < 8192 / 4, wavelength > 8192
+    assert np.array_equal(scaled[kept], plain[kept]) and np.allclose(scaled[divided], plain[divided] / 8, rtol=1e-15)
+    assert kept.sum() + divided.sum() < 64  # a band in between is blended
+    assert (kept.sum(), divided.sum()) == (int(np.sum(wavelength < 2048)), int(np.sum(wavelength > 8192)))
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0, 32.0])
+def test_longrope_switches_at_the_original_length(scale):
+    short, long = np.linspace(1.0, 2.0, 8), np.linspace(1.0, 32.0, 8)
+    plain = ref.rope_inv_freq(16, 1e4)
+    for seq_len, factors in [(0, short), (4096, short), (4097, long), (10**6, long)]:
+        inv_freq, attention = ref.longrope_inv_freq(16, 1e4, short, long, seq_len, 4096, scale)
+        np.testing.assert_allclose(inv_freq, plain / factors, rtol=1e-15)
+        assert attention == (1.0 if scale == 1 else pytest.approx(math.sqrt(1 + math.log(scale) / math.log(4096))))
 
 
 def test_yarn_ramp_worked_example_with_a_long_original_context():
@@ -215,6 +285,34 @@ def test_yarn_keeps_fast_pairs_and_interpolates_slow_pairs(head_dim, base, scale
     np.testing.assert_allclose(yarn[slow], plain[slow] / scale, rtol=1e-12)
     assert np.all(yarn <= plain * (1 + 1e-12)) and np.all(yarn >= plain / scale * (1 - 1e-12))
     assert attention_factor == pytest.approx(0.1 * math.log(scale) + 1)
+
+
+def llama3_by_bands(head_dim, base, scale, original, low, high):
+    """Meta's apply_scaling written out pair by pair: keep, divide or blend by wavelength band."""
+    out = []
+    for i in range(head_dim // 2):
+        theta = base ** (-2 * i / head_dim)
+        wavelength = 2 * math.pi / theta
+        if wavelength < original / high:
+            out.append(theta)
+        elif wavelength > original / low:
+            out.append(theta / scale)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            out.append((1 - smooth) * theta / scale + smooth * theta)
+    return np.array(out)
+
+
+@given(head_dim=st.integers(2, 64).map(lambda n: 2 * n), base=bases, scale=scales,
+       original=st.sampled_from([2048, 8192]), bands=st.sampled_from([(1.0, 4.0), (2.0, 8.0), (0.5, 32.0)]))
+def test_llama3_keeps_short_divides_long_and_blends_in_between(head_dim, base, scale, original, bands):
+    low, high = bands
+    inv_freq = ref.llama3_inv_freq(head_dim, base, scale, original, low, high)
+    np.testing.assert_allclose(inv_freq, llama3_by_bands(head_dim, base, scale, original, low, high), rtol=1e-12)
+    plain = ref.rope_inv_freq(head_dim, base)
+    ratio = plain / inv_freq  # 1 for short wavelengths, scale for long ones, monotone in between
+    assert np.all(ratio >= 1 - 1e-12) and np.all(ratio <= scale * (1 + 1e-12))
+    assert np.all(np.diff(ratio) >= -1e-12)
 
 
 # --------------------------------------------------------------------------
@@ -326,6 +424,7 @@ FREQ_CALLS = [
     ("pi_inv_freq", (64, 10000.0, 4.0)),
     ("ntk_inv_freq", (64, 10000.0, 4.0)),
     ("dynamic_ntk_inv_freq", (64, 10000.0, 4.0, 8192, 2048)),
+    ("llama3_inv_freq", (64, 500000.0, 8.0, 8192, 1.0, 4.0)),
 ]
 
 
@@ -342,6 +441,18 @@ def test_numpy_and_torch_yarn_agree(device):
     actual, t_factor = tref.yarn_inv_freq(64, 10000.0, 8.0, 2048, 16, 2, dtype=torch.float64, device=device)
     np.testing.assert_allclose(actual.cpu().numpy(), expected, rtol=1e-15)
     assert t_factor == factor
+
+
+def test_numpy_and_torch_longrope_agree_and_take_tensors(device):
+    short, long = np.linspace(1.0, 2.0, 32), np.linspace(1.0, 16.0, 32)
+    for seq_len in (100, 5000):
+        expected, factor = ref.longrope_inv_freq(64, 1e4, short, long, seq_len, 4096, 16.0)
+        actual, t_factor = tref.longrope_inv_freq(64, 1e4, torch.tensor(short, device=device),
+                                                  torch.tensor(long, device=device), seq_len, 4096, 16.0,
+                                                  dtype=torch.float64, device=device)
+        assert actual.device.type == device and t_factor == factor
+        np.testing.assert_allclose(actual.cpu().numpy(), expected, rtol=1e-15)
+    assert tref.longrope_inv_freq(64, 1e4, short, long, 1, 4096, 2.0)[0].dtype == torch.float32
 
 
 @pytest.mark.parametrize("interleaved", [True, False])
@@ -416,6 +527,16 @@ def test_bad_arguments_raise_value_errors_naming_them(backend):
         (lambda: backend.yarn_inv_freq(8, 1e4, 2.0, 2048, beta_fast=1, beta_slow=32), "beta_fast"),
         (lambda: backend.yarn_inv_freq(8, 1e4, 2.0, 2048, beta_slow=0), "beta_slow"),
         (lambda: backend.rope_rotation_matrix([1, 2], backend.rope_inv_freq(4)), "position"),
+        (lambda: backend.llama3_inv_freq(8, 1e4, 0.5, 2048), "scale"),
+        (lambda: backend.llama3_inv_freq(8, 1e4, 8.0, 0), "original_max_len"),
+        (lambda: backend.llama3_inv_freq(8, 1e4, 8.0, 2048, 4.0, 1.0), "high_freq_factor"),
+        (lambda: backend.llama3_inv_freq(8, 1e4, 8.0, 2048, 0.0, 4.0), "low_freq_factor"),
+        (lambda: backend.longrope_inv_freq(8, 1e4, [1.0] * 3, [1.0] * 4, 10, 2048, 2.0), "short_factor"),
+        (lambda: backend.longrope_inv_freq(8, 1e4, [1.0] * 4, [1.0, 2.0, -1.0, 3.0], 10, 2048, 2.0), "long_factor"),
+        (lambda: backend.longrope_inv_freq(8, 1e4, [1.0] * 4, [[1.0] * 4], 10, 2048, 2.0), "long_factor"),
+        (lambda: backend.longrope_inv_freq(8, 1e4, [1.0] * 4, [1.0] * 4, -1, 2048, 2.0), "seq_len"),
+        (lambda: backend.longrope_inv_freq(8, 1e4, [1.0] * 4, [1.0] * 4, 10, 1, 2.0), "original_max_len"),
+        (lambda: backend.longrope_inv_freq(8, 1e4, [1.0] * 4, [1.0] * 4, 10, 2048, 0.9), "scale"),
     ]
     for call, name in cases:
         with pytest.raises(ValueError, match=f"^{name}"):

@@ -20,10 +20,11 @@ import math
 
 import numpy as np
 
-from .._checks import (ACTIVATIONS, cache_offset, check_choice, check_divisible, check_int, check_memory, check_ndim,
+from .._checks import (ACTIVATIONS, cache_offset, check_cache_type, check_choice, check_divisible, check_int, check_memory, check_ndim,
                        check_norm_eps, check_positive_float, check_vector, cross_attention_params)
 from ..counts import block_param_shapes
 from .attention import grouped_query_attention
+from .kv_cache import KVCache
 from .rope import apply_rope
 
 __all__ = [
@@ -210,6 +211,7 @@ def _attend(x, source, params, n_heads, n_kv_heads, mask, rope=None, positions=N
 
 def _positions(x, positions, cache, layer_idx):
     """``positions``, by default ``offset + arange(T)`` with ``offset`` what the cache holds for ``layer_idx``."""
+    check_cache_type(cache, KVCache)  # an MLACache belongs to multi_head_latent_attention
     offset = cache_offset(cache, layer_idx)  # 0 without a cache; also validates layer_idx against the cache
     return np.arange(offset, offset + x.shape[-2]) if positions is None else positions
 

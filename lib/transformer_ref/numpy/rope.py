@@ -24,7 +24,12 @@ The scalings change only ``inv_freq`` (and, for YaRN, a logit temperature):
   the lowest is divided by exactly ``scale``;
 * dynamic NTK: NTK-aware with a scale that grows with the current length;
 * YaRN (Peng et al. 2023): per-pair blend of interpolation and extrapolation,
-  plus an attention factor ``0.1 ln(scale) + 1``.
+  plus an attention factor ``0.1 ln(scale) + 1``;
+* Llama 3 (Meta's reference code, Hugging Face's ``"llama3"``): fixed wavelength bands,
+  kept, blended or divided by ``scale``;
+* LongRoPE (Ding et al. 2024; Phi-3, Hugging Face's ``"longrope"``): one searched
+  rescale factor per pair, a short set up to the original length and a long set beyond it,
+  plus an attention factor ``sqrt(1 + ln(scale) / ln(L))``.
 
 The formulas follow Hugging Face's ``modeling_rope_utils.py`` so that its
 published test vectors are reproduced (see ``tests/library/test_rope.py``).
@@ -34,7 +39,8 @@ import math
 
 import numpy as np
 
-from .._checks import check_broadcasts_to, check_even, check_int, check_ndim, check_positive_float
+from .._checks import (check_broadcasts_to, check_even, check_int, check_ndim, check_positive_float,
+                       check_rescale_factors)
 
 __all__ = [
     "rope_inv_freq",
@@ -42,6 +48,8 @@ __all__ = [
     "ntk_inv_freq",
     "dynamic_ntk_inv_freq",
     "yarn_inv_freq",
+    "llama3_inv_freq",
+    "longrope_inv_freq",
     "rope_angles",
     "rope_rotation_matrix",
     "apply_rope",
@@ -200,6 +208,71 @@ def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_sl
     inv_freq = (1.0 - w) * theta + w * theta / scale
     attention_factor = 0.1 * math.log(scale) + 1.0 if scale > 1 else 1.0
     return inv_freq, attention_factor
+
+
+def llama3_inv_freq(head_dim, base, scale, original_max_len, low_freq_factor=1.0, high_freq_factor=4.0):
+    """Llama 3's scaled frequencies (Meta's ``apply_scaling``; Hugging Face's ``"llama3"``), shape ``(head_dim/2,)``.
+
+    Taught in chapter 1, section 'Fixed bands and searched factors: Llama 3 and LongRoPE'.
+
+    With ``theta = rope_inv_freq(D, base)``, wavelengths ``lambda_i = 2 pi / theta_i`` for
+    ``i = 0..D/2-1``, ``L = original_max_len`` and the smoothing weight
+    ``g_i = (L / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``::
+
+        inv_freq[i] = theta_i                                  if lambda_i < L / high_freq_factor
+                    = theta_i / scale                          if lambda_i > L / low_freq_factor
+                    = (1 - g_i) theta_i / scale + g_i theta_i  otherwise
+
+    Short wavelengths are kept, long ones divided by ``scale`` (as in position interpolation),
+    and ``g_i`` falls linearly in ``1 / lambda_i`` from 1 to 0 across the band in between, so
+    the factor is continuous. Llama 3.1 uses ``base = 500000``, ``scale = 8``, ``L = 8192``,
+    ``low_freq_factor = 1``, ``high_freq_factor = 4``. Requires ``scale >= 1`` and
+    ``0 < low_freq_factor < high_freq_factor``. float64.
+    """
+    head_dim = check_even("head_dim", head_dim, " for RoPE")
+    base = _check_base(base)
+    scale = _check_rope_scale(scale)
+    original_max_len = check_int("original_max_len", original_max_len, minimum=1)
+    low_freq_factor = check_positive_float("low_freq_factor", low_freq_factor)
+    high_freq_factor = check_positive_float("high_freq_factor", high_freq_factor)
+    if high_freq_factor <= low_freq_factor:
+        raise ValueError(f"high_freq_factor must be > low_freq_factor, got high_freq_factor={high_freq_factor}, "
+                         f"low_freq_factor={low_freq_factor}")
+    theta = rope_inv_freq(head_dim, base)
+    wavelength = 2 * math.pi / theta
+    smooth = (original_max_len / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1.0 - smooth) * theta / scale + smooth * theta
+    inv_freq = np.where(wavelength > original_max_len / low_freq_factor, theta / scale, blended)
+    return np.where(wavelength < original_max_len / high_freq_factor, theta, inv_freq)
+
+
+def longrope_inv_freq(head_dim, base, short_factor, long_factor, seq_len, original_max_len, scale):
+    """LongRoPE frequencies and attention factor (Ding et al. 2024; Hugging Face's ``"longrope"``, Phi-3).
+
+    Taught in chapter 1, section 'Fixed bands and searched factors: Llama 3 and LongRoPE'.
+
+    Returns ``(inv_freq, attention_factor)``, ``inv_freq`` of shape ``(head_dim/2,)``::
+
+        inv_freq[i] = base ** (-2 i / D) / f[i],    i = 0..D/2-1
+        f = short_factor  if seq_len <= original_max_len,  else long_factor
+        attention_factor = sqrt(1 + ln(scale) / ln(original_max_len))   (1 if scale == 1)
+
+    ``short_factor`` and ``long_factor`` hold ``D/2`` positive rescale factors, one per pair
+    (LongRoPE finds them by an evolutionary search); ``seq_len`` is the current sequence length
+    and ``scale >= 1`` the extension ratio (for Phi-3, ``max_position_embeddings /
+    original_max_position_embeddings``). cos and sin are meant to be multiplied by
+    ``attention_factor``. float64.
+    """
+    head_dim = check_even("head_dim", head_dim, " for RoPE")
+    base = _check_base(base)
+    short_factor = check_rescale_factors("short_factor", short_factor, head_dim // 2)
+    long_factor = check_rescale_factors("long_factor", long_factor, head_dim // 2)
+    seq_len = check_int("seq_len", seq_len, minimum=0)
+    original_max_len = check_int("original_max_len", original_max_len, minimum=2)  # ln(1) = 0 below
+    scale = _check_rope_scale(scale)
+    factors = np.asarray(short_factor if seq_len <= original_max_len else long_factor, dtype=np.float64)
+    attention_factor = math.sqrt(1 + math.log(scale) / math.log(original_max_len)) if scale > 1 else 1.0
+    return rope_inv_freq(head_dim, base) / factors, attention_factor
 
 
 def rope_angles(positions, inv_freq):

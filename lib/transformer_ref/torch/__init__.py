@@ -16,6 +16,8 @@ from .families import *  # noqa: F401,F403
 from .families import __all__ as _families_all
 from .flash import *  # noqa: F401,F403
 from .flash import __all__ as _flash_all
+from .latent_attention import *  # noqa: F401,F403
+from .latent_attention import __all__ as _latent_attention_all
 
 __all__ = [
     *_counts_all,
@@ -26,4 +28,5 @@ __all__ = [
     *_block_all,
     *_families_all,
     *_flash_all,
+    *_latent_attention_all,
 ]

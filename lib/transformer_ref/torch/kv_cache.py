@@ -1,19 +1,33 @@
-"""A key/value cache for incremental decoding, in PyTorch.
+"""Caches for incremental decoding, in PyTorch.
 
-Same interface as :class:`transformer_ref.numpy.KVCache`: preallocated buffers
-``(n_layers, B, H_kv, max_seq_len, D)`` for K and V on ``device``, ``update``
-copies the new keys and values into place and returns views of the filled
-part. (Its size in bytes for a model is :func:`transformer_ref.counts.kv_cache_bytes`.)
+Same interface as :class:`transformer_ref.numpy.KVCache` and
+:class:`transformer_ref.numpy.MLACache`: buffers preallocated on ``device``, ``update``
+copies the new entries into place and returns views of the filled part. (Their sizes
+in bytes for a model are :func:`transformer_ref.counts.kv_cache_bytes` and
+:func:`transformer_ref.counts.mla_kv_cache_bytes`.)
 """
 
 import torch
 
-from .._kv_cache import KVCacheBase
+from .._kv_cache import KVCacheBase, MLACacheBase
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "MLACache"]
 
 
-class KVCache(KVCacheBase):
+class _TorchBuffers:
+    """How the torch caches allocate, take in (detached, on their device) and measure their buffers."""
+
+    def _zeros(self, shape, dtype):
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def _as_array(self, x):
+        return torch.as_tensor(x, dtype=self._dtype, device=self.device).detach()
+
+    def _buffer_bytes(self, buffer):
+        return buffer.numel() * buffer.element_size()
+
+
+class KVCache(_TorchBuffers, KVCacheBase):
     """Preallocated per-layer K and V tensors ``(n_layers, B, H_kv, max_seq_len, D)``.
 
     Taught in chapter 2, section 'Incremental decoding with a KV cache'.
@@ -38,15 +52,24 @@ class KVCache(KVCacheBase):
 
     def __init__(self, n_layers, batch_size, n_kv_heads, head_dim, max_seq_len, *, dtype=torch.float32, device=None):
         self.device = torch.device("cpu") if device is None else torch.device(device)
+        self._dtype = dtype
         super().__init__(n_layers, batch_size, n_kv_heads, head_dim, max_seq_len, dtype=dtype)
 
-    def _zeros(self, shape, dtype):
-        return torch.zeros(shape, dtype=dtype, device=self.device)
 
-    def _as_array(self, x):
-        return torch.as_tensor(x, dtype=self.k.dtype, device=self.device).detach()
+class MLACache(_TorchBuffers, MLACacheBase):
+    """Preallocated per-layer latents ``c (n_layers, B, max_seq_len, r_kv)`` and shared RoPE keys
+    ``k_rope (n_layers, B, max_seq_len, d_rope)`` (see :class:`transformer_ref.numpy.MLACache`).
 
-    @property
-    def nbytes(self):
-        """Bytes held by the two preallocated buffers."""
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+    Taught in chapter 2, section 'Multi-head latent attention: cache a latent, not the heads'.
+
+    ``update(layer, c, k_rope)`` appends ``c (B, T_new, r_kv)`` and ``k_rope (B, T_new, d_rope)``
+    and returns views ``(B, S, r_kv)``, ``(B, S, d_rope)``; ``seq_len``, ``length(layer)``,
+    ``reset()`` and ``nbytes`` as in :class:`KVCache`. ``dtype`` defaults to float32,
+    ``device`` to the CPU; stored tensors are detached from autograd history.
+    """
+
+    def __init__(self, n_layers, batch_size, kv_lora_rank, rope_head_dim, max_seq_len, *, dtype=torch.float32,
+                 device=None):
+        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self._dtype = dtype
+        super().__init__(n_layers, batch_size, kv_lora_rank, rope_head_dim, max_seq_len, dtype=dtype)

@@ -21,6 +21,8 @@ __all__ = [
     "ntk_inv_freq",
     "dynamic_ntk_inv_freq",
     "yarn_inv_freq",
+    "llama3_inv_freq",
+    "longrope_inv_freq",
     "rope_angles",
     "rope_rotation_matrix",
     "apply_rope",
@@ -82,6 +84,44 @@ def yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast=32, beta_sl
     ``scale <= 1``). See :func:`transformer_ref.numpy.yarn_inv_freq`.
     """
     inv_freq, attention_factor = _numpy_backend.yarn_inv_freq(head_dim, base, scale, original_max_len, beta_fast, beta_slow)
+    return torch.as_tensor(inv_freq, dtype=dtype, device=device), attention_factor
+
+
+def llama3_inv_freq(head_dim, base, scale, original_max_len, low_freq_factor=1.0, high_freq_factor=4.0, *,
+                    dtype=torch.float32, device=None):
+    """Llama 3's frequencies (Hugging Face ``"llama3"``): tensor ``(head_dim/2,)``.
+
+    Taught in chapter 1, section 'Fixed bands and searched factors: Llama 3 and LongRoPE'.
+
+    Pairs with wavelength ``lambda_i = 2 pi / theta_i`` below ``original_max_len / high_freq_factor``
+    keep ``theta_i``, those above ``original_max_len / low_freq_factor`` get ``theta_i / scale``, and
+    in between ``(1 - g_i) theta_i / scale + g_i theta_i`` with
+    ``g_i = (original_max_len / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``,
+    ``i = 0..D/2-1``. See :func:`transformer_ref.numpy.llama3_inv_freq`.
+    """
+    inv_freq = _numpy_backend.llama3_inv_freq(head_dim, base, scale, original_max_len, low_freq_factor,
+                                              high_freq_factor)
+    return torch.as_tensor(inv_freq, dtype=dtype, device=device)
+
+
+def _factors_in(factors):
+    """Rescale factors as NumPy (a tensor on any device is copied to the CPU), for the shared checks."""
+    return factors.detach().cpu().double().numpy() if torch.is_tensor(factors) else factors
+
+
+def longrope_inv_freq(head_dim, base, short_factor, long_factor, seq_len, original_max_len, scale, *,
+                      dtype=torch.float32, device=None):
+    """LongRoPE (Hugging Face ``"longrope"``, Phi-3): ``(inv_freq (head_dim/2,), attention_factor)``.
+
+    Taught in chapter 1, section 'Fixed bands and searched factors: Llama 3 and LongRoPE'.
+
+    ``inv_freq[i] = base ** (-2i/D) / f[i]``, ``i = 0..D/2-1``, with ``f = short_factor`` while
+    ``seq_len <= original_max_len`` and ``long_factor`` beyond; ``attention_factor =
+    sqrt(1 + ln(scale) / ln(original_max_len))`` (1 if ``scale == 1``). The factors may be
+    sequences, arrays or tensors. See :func:`transformer_ref.numpy.longrope_inv_freq`.
+    """
+    inv_freq, attention_factor = _numpy_backend.longrope_inv_freq(
+        head_dim, base, _factors_in(short_factor), _factors_in(long_factor), seq_len, original_max_len, scale)
     return torch.as_tensor(inv_freq, dtype=dtype, device=device), attention_factor
 
 
