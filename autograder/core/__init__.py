@@ -8,7 +8,8 @@
 * ``nbgrader_config``: nbgrader's settings for this course, built in code;
 * ``gradebook``: nbgrader's gradebook (SQLite or PostgreSQL): the class gradebook in the host,
   a scratch gradebook in each worker;
-* ``policy``: due dates and late policies (``course.toml``).
+* ``policy``: due dates and late policies (``course.toml``);
+* ``untrusted``: student-controlled text made inert for a CSV cell or the terminal.
 
 Code here imports nothing of ``host``, ``worker`` or ``judge``.
 """

@@ -1,0 +1,63 @@
+"""Text a student controls, made inert for where the instructor reads it.
+
+A student chooses their notebook's file names, its contents and, through an LMS download,
+often their own id. Whatever the grader writes from them is data:
+
+* :func:`csv_safe`: a spreadsheet cell that cannot be a formula. OWASP's *CSV Injection*
+  guidance: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is
+  evaluated by Excel, LibreOffice and Google Sheets (``=HYPERLINK(...)``, ``=cmd|...``), so
+  such a text gets a leading ``'``; numbers (``-0.5`` included) stay numbers. Quoting and
+  embedded quotes are left to :mod:`csv` as usual.
+* :func:`printable`: one line for the terminal, with every control character (C0, DEL, C1:
+  escape sequences that move the cursor, rewrite the title or the clipboard), every
+  bidirectional override (which reorders what the reader sees) and every byte of a
+  file name that is not UTF-8 written as a visible escape.
+"""
+
+import re
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+# C0 and DEL, C1, the bidi embeddings, overrides and isolates, line and paragraph separators,
+# and lone surrogates (os.fsdecode's stand-ins for bytes that are not UTF-8).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                          "\u2028\u2029\ud800-\udfff]")
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip() == text and text.lower().lstrip("+-") not in ("inf", "infinity", "nan")
+
+
+def csv_safe(value):
+    """``value`` as a CSV cell that a spreadsheet shows and never evaluates.
+
+    Numbers and numeric strings pass unchanged; any other text that starts with a formula
+    character gets a leading apostrophe (``"=1+1"`` -> ``"'=1+1"``), which spreadsheets take
+    as "this is text" and do not show.
+    """
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = str(value)
+    if text.startswith(FORMULA_STARTS) and not _is_number(text):
+        return "'" + text
+    return text
+
+
+def _escape(match):
+    char = match.group()
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte of a file name that is not UTF-8
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text):
+    """``text`` with every control, bidi and undecodable character escaped (``\\x1b``).
+
+    The result is one line (newlines are escaped too) that a terminal shows as written.
+    """
+    return _UNPRINTABLE.sub(_escape, str(text))
