@@ -60,6 +60,16 @@ def normalised(nb):
     return [(c.cell_type, c.source, meta(c)) for c in nb.cells]
 
 
+def hidden_checks(aid):
+    """``[(check name, argument)]`` of every ``_checks.check_X(name)`` call in ``aid``'s hidden tests,
+    in notebook order: what the grader runs, read from the source notebook itself."""
+    calls = []
+    for cell in read(source_path(aid)).cells:
+        for hidden in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S):
+            calls += re.findall(r"_checks\.(check_\w+)\((\w+)\)", hidden)
+    return calls
+
+
 def solved_namespace(aid, replace=()):
     """Run the set-up and solution cells of ``aid`` (optionally edited) like a notebook does."""
     nb = read(source_path(aid))

@@ -5,62 +5,37 @@ clear message (NaN outputs, modified inputs and array subclasses included); the 
 checks also require a correct result; visible test cells pass the solution quietly.
 """
 
+import importlib
+import json
+import os
+from pathlib import Path
+
 import numpy as np
-
 import pytest
+import transformer_ref
 
-from notebooks import (ASSIGNMENTS, meta, read, solved_namespace, source_path)
+from notebooks import ASSIGNMENTS, hidden_checks, meta, read, solved_namespace, source_path
 
 
 from autograder.checks import block, causal, families, flash, gqa, rope  # noqa: E402
+from autograder.core.assignments import REGISTRY  # noqa: E402
 
-PASSING = [
-    ("01-rope", rope.check_rope_inv_freq, "rope_inv_freq"),
-    ("01-rope", rope.check_apply_rope, "apply_rope"),
-    ("01-rope", rope.check_apply_rope_relative, "apply_rope"),
-    ("01-rope", rope.check_ntk_inv_freq, "ntk_inv_freq"),
-    ("01-rope", rope.check_answer_slowest_wavelength, "ANSWER_SLOWEST_WAVELENGTH"),
-    ("01-rope", rope.check_answer_full_turn_pairs, "ANSWER_FULL_TURN_PAIRS"),
-    ("01-rope", rope.check_llama3_inv_freq, "llama3_inv_freq"),
-    ("02-gqa-kv-cache", gqa.check_repeat_kv, "repeat_kv"),
-    ("02-gqa-kv-cache", gqa.check_grouped_query_attention, "grouped_query_attention"),
-    ("02-gqa-kv-cache", gqa.check_kv_cache_bytes, "kv_cache_bytes"),
-    ("02-gqa-kv-cache", gqa.check_grouped_query_attention_torch, "grouped_query_attention_torch"),
-    ("02-gqa-kv-cache", gqa.check_decode_step, "decode_step"),
-    ("02-gqa-kv-cache", gqa.check_answer_kv_bytes_mha, "ANSWER_KV_BYTES_MHA"),
-    ("02-gqa-kv-cache", gqa.check_answer_kv_bytes_gqa, "ANSWER_KV_BYTES_GQA"),
-    ("02-gqa-kv-cache", gqa.check_answer_max_batch, "ANSWER_MAX_BATCH"),
-    ("02-gqa-kv-cache", gqa.check_mla_absorbed_attention, "mla_absorbed_attention"),
-    ("02-gqa-kv-cache", gqa.check_answer_mla_cache_bytes, "ANSWER_MLA_CACHE_BYTES"),
-    ("03-causal-mask", causal.check_causal_mask, "causal_mask"),
-    ("03-causal-mask", causal.check_masked_softmax, "masked_softmax"),
-    ("03-causal-mask", causal.check_causal_attention, "causal_attention"),
-    ("03-causal-mask", causal.check_cached_causal_attention, "cached_causal_attention"),
-    ("03-causal-mask", causal.check_answer_allowed_entries, "ANSWER_ALLOWED_ENTRIES"),
-    ("03-causal-mask", causal.check_answer_decode_allowed, "ANSWER_DECODE_ALLOWED"),
-    ("04-transformer-block", block.check_layer_norm, "layer_norm"),
-    ("04-transformer-block", block.check_feed_forward, "feed_forward"),
-    ("04-transformer-block", block.check_multi_head_attention, "multi_head_attention"),
-    ("04-transformer-block", block.check_pre_norm_block, "transformer_block"),
-    ("04-transformer-block", block.check_post_norm_block, "transformer_block"),
-    ("04-transformer-block", block.check_block_param_count, "block_param_count"),
-    ("04-transformer-block", block.check_answer_gpt2_block_params, "ANSWER_GPT2_BLOCK_PARAMS"),
-    ("04-transformer-block", block.check_answer_ffn_share, "ANSWER_FFN_SHARE"),
-    ("05-families", families.check_encoder_mask, "encoder_mask"),
-    ("05-families", families.check_decoder_mask, "decoder_mask"),
-    ("05-families", families.check_prefix_lm_mask, "prefix_lm_mask"),
-    ("05-families", families.check_cross_attention, "cross_attention"),
-    ("05-families", families.check_answer_sentiment, "ANSWER_SENTIMENT"),
-    ("05-families", families.check_answer_code_completion, "ANSWER_CODE_COMPLETION"),
-    ("05-families", families.check_answer_speech_to_text, "ANSWER_SPEECH_TO_TEXT"),
-    ("06-flash-attention", flash.check_online_softmax, "online_softmax"),
-    ("06-flash-attention", flash.check_flash_attention, "flash_attention"),
-    ("06-flash-attention", flash.check_flash_memory, "flash_attention"),
-    ("06-flash-attention", flash.check_sliding_window_attention, "sliding_window_attention"),
-    ("06-flash-attention", flash.check_sliding_window_memory, "sliding_window_attention"),
-    ("06-flash-attention", flash.check_answer_score_bytes, "ANSWER_SCORE_BYTES"),
-    ("06-flash-attention", flash.check_answer_window_entries, "ANSWER_WINDOW_ENTRIES"),
-]
+
+
+def passing():
+    """``(assignment, check, argument)`` of every hidden test, read from the source notebooks
+    through the registry: a check a notebook calls is tested here without a list kept by hand."""
+    rows = []
+    for assignment in REGISTRY:
+        if assignment.needs:  # 07-flash-triton has its own test module
+            continue
+        module = importlib.import_module(f"autograder.checks.{assignment.checks}")
+        rows += [(assignment.id, getattr(module, check), name)
+                 for check, name in hidden_checks(assignment.id)]
+    return rows
+
+
+PASSING = passing()
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +43,102 @@ def solutions():
     return {aid: solved_namespace(aid) for aid in ASSIGNMENTS}
 
 
+# Frozen expected values. A check compares the student's outputs with transformer_ref's, computed
+# live; a library change in mid-term would silently re-grade the class. So every result a check
+# takes from transformer_ref (on its seeded inputs) is fingerprinted and kept in FROZEN, and a
+# test fails when one moves. To change them on purpose, re-freeze and say why in the commit:
+#   FREEZE_CHECKS=1 .venv/bin/python -m pytest tests/grader/assignments/test_checks.py -k passes
+FROZEN = Path(__file__).with_name("frozen_checks.json")
+REFREEZE = ("if the change is on purpose (and the class may be re-graded), re-freeze with "
+            "FREEZE_CHECKS=1 .venv/bin/python -m pytest tests/grader/assignments/test_checks.py -k passes")
+
+
+def fingerprint(value):
+    """A small, JSON-able summary of a result that moves when any entry moves.
+
+    Arrays and tensors: shape, dtype, counts of NaN and of each infinity, the sum of absolute
+    values and a sum weighted by fixed random weights (a random projection: changing any entry
+    changes it); numbers: themselves; sequences: element by element.
+    """
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (tuple, list)):
+        return [fingerprint(v) for v in value]
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return value.item() if isinstance(value, (np.number, np.bool_)) else value
+    if not isinstance(value, np.ndarray):
+        return type(value).__name__
+    x = value.astype(np.float64).ravel()
+    finite = np.where(np.isfinite(x), x, 0.0)
+    weights = np.random.default_rng(x.size).standard_normal(x.size)
+    return {"shape": list(value.shape), "dtype": str(value.dtype), "nan": int(np.isnan(x).sum()),
+            "inf": [int((x == np.inf).sum()), int((x == -np.inf).sum())],
+            "abs": float(np.abs(finite).sum()), "weighted": float(finite @ weights)}
+
+
+def moved(old, new):
+    """Why fingerprint ``new`` differs from the frozen ``old``, or None if it does not."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        exact = {k: old[k] for k in ("shape", "dtype", "nan", "inf")}
+        if exact != {k: new[k] for k in exact}:
+            return f"{exact} became {({k: new[k] for k in exact})}"
+        rtol = 1e-5 if old["dtype"] in ("float32", "float16", "bfloat16") else 1e-9
+        scale = max(old["abs"], 1e-300)
+        for key in ("abs", "weighted"):
+            if abs(new[key] - old[key]) > rtol * scale:
+                what = "sum of |x|" if key == "abs" else "weighted sum"
+                return f"its entries changed ({what} {old[key]:.12g} -> {new[key]:.12g})"
+        return None
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return next((m for m in map(moved, old, new) if m), None)
+    if isinstance(old, float) and isinstance(new, (int, float)):
+        return None if abs(new - old) <= 1e-9 * max(abs(old), 1e-300) else f"{old!r} became {new!r}"
+    return None if old == new else f"{old!r} became {new!r}"
+
+
+class Recorder:
+    """A transformer_ref backend that logs a fingerprint of every result its functions return."""
+
+    def __init__(self, backend, prefix, log):
+        self._backend, self._prefix, self._log = backend, prefix, log
+
+    def __getattr__(self, name):
+        value = getattr(self._backend, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+
+        def recorded(*args, **kwargs):
+            out = value(*args, **kwargs)
+            self._log.append([f"{self._prefix}.{name}", fingerprint(out)])
+            return out
+
+        return recorded
+
+
 @pytest.mark.parametrize("aid, check, name", PASSING, ids=[p[1].__name__ for p in PASSING])
-def test_check_passes_the_solution(solutions, aid, check, name, capfd):
+def test_check_passes_the_solution_with_its_frozen_expected_values(solutions, aid, check, name,
+                                                                  capfd, monkeypatch):
+    log = []
+    module = importlib.import_module(check.__module__)
+    monkeypatch.setattr(module, "ref", Recorder(module.ref, "ref", log))
+    monkeypatch.setattr(transformer_ref, "torch", Recorder(transformer_ref.torch, "tref", log))
     check(solutions[aid][name])
     assert capfd.readouterr().err == "", "a passing check must print nothing on stderr"
+    key = f"{aid}::{check.__name__}"
+    frozen = json.loads(FROZEN.read_text()) if FROZEN.is_file() else {}
+    if os.environ.get("FREEZE_CHECKS"):
+        frozen[key] = log
+        FROZEN.write_text(json.dumps(frozen, indent=1, sort_keys=True) + "\n")
+        return
+    assert key in frozen, f"{key} has no frozen expected values yet: {REFREEZE}"
+    calls = [call for call, _ in frozen[key]]
+    assert [call for call, _ in log] == calls, (
+        f"{key} moved: it now asks transformer_ref for {[c for c, _ in log]} instead of {calls}; "
+        f"{REFREEZE}")
+    for i, ((call, old), (_, new)) in enumerate(zip(frozen[key], log)):
+        why = moved(old, new)
+        assert why is None, (f"{key} moved: its expected value #{i} ({call}) changed: {why}. A "
+                             f"library change would re-grade the class; {REFREEZE}")
 
 
 # (assignment, check, function, [(old, new) edits of the solution code], words the message must contain)
