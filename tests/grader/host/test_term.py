@@ -34,9 +34,28 @@ AID = "01-rope"
 MISSING = unavailable_reason()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
-# points of 01-rope's autograded cells, by part (see its points table)
-FULL = 10.0
-PART1, PART2, PART3, PART4 = 2.0, 4.0, 2.0, 2.0
+
+
+def points_by_part():
+    """``{part: points}`` of 01-rope's graded cells, read from its source notebook
+    (``p3_hidden`` belongs to part ``p3``), and the points of the written answers."""
+    nb = nbformat.read(REPO / "solutions" / AID / f"{AID}.ipynb", as_version=4)
+    auto, written = {}, 0.0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("grade"):
+            continue
+        if meta.get("solution"):  # a written answer, graded by hand
+            written += meta["points"]
+        else:
+            part = meta["grade_id"].split("_")[0]
+            auto[part] = auto.get(part, 0.0) + meta["points"]
+    return auto, written
+
+
+PARTS, WRITTEN = points_by_part()
+FULL = sum(PARTS.values())  # every autograded point
+PENALTY = round(0.10 * FULL, 1)  # 10 %/day of the score for one started day, as course.toml says
 
 
 def strip(source):
@@ -141,21 +160,21 @@ def term(tmp_path_factory):
                 rows={r["student"]: r for r in csv.DictReader(open(root / "grades.csv"))})
 
 
-EXPECTED = {"correct": FULL, "partial": PART1 + PART3, "untouched": 0.0, "misnamed": FULL,
-            "duplicated": FULL, "stripped": FULL, "unreadable": 0.0, "late": FULL - 1.0}
+EXPECTED = {"correct": FULL, "partial": PARTS["p1"] + PARTS["p3"], "untouched": 0.0, "misnamed": FULL,
+            "duplicated": FULL, "stripped": FULL, "unreadable": 0.0, "late": FULL - PENALTY}
 
 
 @pytest.mark.parametrize("student", sorted(EXPECTED))
 def test_every_submission_scores_exactly(term, student):
-    """grades.csv after the late penalty (10 % of 10 points for one started day)."""
+    """grades.csv after the late penalty (10 % of the score for one started day)."""
     assert float(term["rows"][student]["score"]) == EXPECTED[student], term["rows"][student]
 
 
 def test_lateness_is_shown(term):
     row = term["rows"]["late"]
-    assert (row["late_by_hours"], row["late_penalty"]) == ("2.5", "1")
+    assert (row["late_by_hours"], float(row["late_penalty"])) == ("2.5", PENALTY)
     assert term["rows"]["correct"]["late_penalty"] == "" and "correct: 0" not in term["out"]
-    assert "Late (10%/day,cap=50%): 1" in term["out"] and "late: 2.5 h late, -1 points" in term["out"]
+    assert "Late (10%/day,cap=50%): 1" in term["out"] and f"late: 2.5 h late, -{PENALTY:g} points" in term["out"]
 
 
 def test_the_roster_names_the_missing(term):
@@ -212,24 +231,24 @@ def test_a_manual_score_reaches_every_export(term):
     root = term["root"]
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         grade = gb.find_grade("p5_written", AID, AID, "correct")
-        grade.manual_score = 2.0
+        grade.manual_score = WRITTEN
         grade.needs_manual_grade = False  # what the formgrader's grade API does on save
         gb.db.commit()
     cli(root, "export", AID, "--to", "export-all.csv")
     with open(root / "export-all.csv", newline="") as f:
         exported = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert float(exported["correct"]["score"]) == FULL + 2.0
+    assert float(exported["correct"]["score"]) == FULL + WRITTEN
     assert exported["correct"]["needs_manual"] == "False" and exported["misnamed"]["needs_manual"] == "True"
-    assert float(exported["late"]["score"]) == FULL - 1.0 and exported["absent1"]["status"] == "missing"
+    assert float(exported["late"]["score"]) == FULL - PENALTY and exported["absent1"]["status"] == "missing"
     cli(root, "export", AID, "--lms", "canvas", "--to", "export-canvas.csv")
     with open(root / "export-canvas.csv", newline="") as f:
         canvas = list(csv.reader(f))
     assert canvas[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     row = next(r for r in canvas if r[0] == "Correct, Student")
-    assert row[1] == "1000" and float(row[-1]) == FULL + 2.0
+    assert row[1] == "1000" and float(row[-1]) == FULL + WRITTEN
     cli(root, "feedback", AID, "--students", "correct")
     page = (root / "feedback" / "correct" / AID / f"{AID}.html").read_text()
-    assert "Score: 12.0 / 12.0" in page and "to be graded by hand" not in page
+    assert f"Score: {FULL + WRITTEN:.1f} / {FULL + WRITTEN:.1f}" in page and "to be graded by hand" not in page
     cli(root, "feedback", AID, "--students", "misnamed")
     page = (root / "feedback" / "misnamed" / AID / f"{AID}.html").read_text()
     assert "to be graded by hand" in page and "<code>p2_hidden_random</code>" in page
