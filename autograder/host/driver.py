@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -49,6 +50,7 @@ from ..core.limits import Limits
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
 from ..core.policy import apply_late_policy, load_settings
 from ..core.results import Status
+from ..core.untrusted import printable
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
 from ..worker.feedback import install_mathjax
@@ -70,20 +72,45 @@ class Interrupted(Exception):
 
 
 def find_students(root, assignment, only=None):
-    """Students with at least one notebook in ``submitted/<student>/<assignment>/``."""
+    """Students with at least one ``*.ipynb`` entry in ``submitted/<student>/<assignment>/``.
+
+    Looked at without following links: a student or assignment folder that is a link
+    is listed, so that grading refuses it by name (``unreadable``) instead of grading
+    what it points to. A folder name that is not UTF-8 cannot be a student id: it is
+    skipped with one line on stderr.
+    """
     base = Path(root) / SUBMITTED
     if not base.is_dir():
         raise SystemExit(f"no {SUBMITTED}/ folder under {root}: collect submissions into "
                          f"{SUBMITTED}/<student>/{assignment}/ first")
-    found = sorted(d.name for d in base.iterdir()
-                   if (d / assignment).is_dir()
-                   and any(p.suffix == ".ipynb" for p in (d / assignment).iterdir()))
+    found = []
+    with os.scandir(base) as folders:
+        for folder in folders:
+            if not (folder.is_symlink() or folder.is_dir(follow_symlinks=False)):
+                continue
+            if not folder.name.isprintable():  # bytes that are not UTF-8 are surrogates
+                print(f"skipped {SUBMITTED}/{printable(folder.name)}: not a student id "
+                      "(not valid UTF-8, or control characters)", file=sys.stderr)
+            elif folder.is_symlink() or has_notebook(Path(folder.path) / assignment):
+                found.append(folder.name)
+    found.sort()
     if only:
         unknown = sorted(set(only) - set(found))
         if unknown:
             raise SystemExit(f"no submission of {assignment} for: {', '.join(unknown)}")
         found = [s for s in found if s in only]
     return found
+
+
+def has_notebook(folder):
+    """Whether ``folder`` is a link, or a folder with a ``*.ipynb`` entry (by ``lstat``)."""
+    try:
+        if os.path.islink(folder):
+            return True
+        with os.scandir(folder) as entries:
+            return any(entry.name.lower().endswith(".ipynb") for entry in entries)
+    except (NotADirectoryError, FileNotFoundError):
+        return False
 
 
 def test_cells(release_dir):

@@ -2,10 +2,11 @@
 
 :func:`take_in` looks at one submission folder and returns an :class:`Intake`:
 
-1. **Candidates** are the ``*.ipynb`` files directly in the folder, whatever their
-   names (``01-rope-Copy1.ipynb``, ``Copy of 01-rope.ipynb``, ``01-rope (1).ipynb``...).
-   Folders (``.ipynb_checkpoints/`` included), hidden files and symbolic links are not
-   candidates; names are listed with ``iterdir()``, never matched as glob patterns.
+1. **Candidates** are the ``*.ipynb`` entries directly in the folder, whatever their
+   names (``01-rope-Copy1.ipynb``, ``Copy of 01-rope.ipynb``, ``01-rope (1).ipynb``...);
+   hidden ones (``.ipynb_checkpoints/`` included) are not. Names are listed, never
+   matched as glob patterns. The folder is read by :func:`read_submission`, which
+   follows nothing out of it (rule 6).
 2. A candidate **belongs to the assignment** by its content, not its name: it holds at
    least half of the release's solution cells, each recognised by its nbgrader
    ``grade_id``, its cell type and, for a code cell, by defining one of the names the
@@ -29,34 +30,70 @@
    dropped. The student's markdown after the heading of a written part ("Part 5")
    becomes that part's answer cell. A notebook that kept its metadata is graded as it
    is, even with cells deleted (the audit restores deleted locked cells).
-5. **Unreadable** candidates (empty, not JSON, JSON that is not a notebook, nbformat 3
-   or older) are reported by name; if a readable candidate belongs, it is graded and
-   the unreadable ones are mentioned. Nothing is converted.
+5. **Unreadable** candidates (empty, not JSON, JSON that is not a notebook, newer than
+   nbformat 4, over a cap of rule 6) are reported by name; if a readable candidate
+   belongs, it is graded and the unreadable ones are mentioned. Notebooks of nbformat 3
+   and older are upgraded to nbformat 4 (nbformat's own conversion) and graded.
+6. **What is handed in is hostile**, so the folder is only ever *looked at*:
+   the student's folder and the assignment folder are opened one component at a time
+   with ``O_NOFOLLOW`` (a symbolic link there, to ``solutions/`` or to a classmate,
+   makes the whole submission unreadable); entries are listed with ``lstat``; a file is
+   opened with ``O_NOFOLLOW | O_NONBLOCK``, checked with ``fstat`` to be a regular file
+   and read from that descriptor. Symbolic links, folders named ``*.ipynb``, FIFOs,
+   sockets and devices are never opened (a FIFO would block forever) and are reported
+   by name. A **hard link** (a regular file with more than one name, which may be a
+   file of ``solutions/`` or of a classmate) is refused, never read: the instructor
+   copies it if it is genuine. Every cost is bounded before it is paid: a file larger
+   than :data:`NOTEBOOK_BYTES` (by ``st_size``, then while reading) is not read, nor
+   are notebooks beyond :data:`SUBMISSION_BYTES` per folder or entries beyond
+   :data:`FOLDER_ENTRIES`; a notebook of more than :data:`NOTEBOOK_CELLS` cells or
+   JSON nested deeper than :data:`JSON_DEPTH` is refused before nbformat validates
+   it. File names that are not UTF-8 are kept as Python's surrogate escapes and shown
+   escaped.
 
 The notebook returned is always a fresh object; nothing in the folder is modified.
-Messages name files only as the student named them.
+Messages name files as the student named them, with control characters escaped
+(:func:`autograder.core.untrusted.printable`).
 """
 
 import ast
 import builtins
 import copy
+import errno
+import functools
 import json
+import os
 import re
-import unicodedata
+import stat
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 from pathlib import Path
 
 import nbformat
 
 from ..core.cells import grade_id, is_locked, is_solution, is_test_cell, visible_source
+from ..core.policy import parse_time
 from ..core.results import Status
+from ..core.untrusted import printable
 
-__all__ = ["Intake", "take_in"]
+__all__ = ["Intake", "Submission", "handed_in_time", "read_submission", "take_in"]
 
+# files of the folder written by collection (nbgrader's, or ``collect``), not by the student
+TIMESTAMP = "timestamp.txt"
+SECRET = "submission_secret.txt"  # nbgrader's exchange: names the feedback it releases
+COLLECTION_FILES = (TIMESTAMP, SECRET)
+COLLECTION_BYTES = 4096  # a timestamp or a secret is a short line
 # names of the folder's own files, written by collection and Jupyter, not by the student
-NOT_HANDED_IN = {".ipynb_checkpoints", "timestamp.txt"}
+NOT_HANDED_IN = {".ipynb_checkpoints", *COLLECTION_FILES}
+# what one submission may cost to take in (the largest release notebook: 35 cells, 32 kB)
+NOTEBOOK_BYTES = 32 * 2**20      # one notebook file
+SUBMISSION_BYTES = 64 * 2**20    # all the notebooks of one folder together
+NOTEBOOK_CELLS = 2000            # cells of one notebook
+JSON_DEPTH = 100                 # nesting of a notebook's JSON
+FOLDER_ENTRIES = 1000            # entries of one folder that are looked at
+FUTURE_SLACK = timedelta(minutes=5)  # clock skew between the collecting host and this one
 # a module-level name bound inside these is not bound at module level
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -107,21 +144,69 @@ class Candidate:
         return f"{shown(self.name)} is {self.problem}"
 
 
-def take_in(folder: Path, release: nbformat.NotebookNode,
+class Kind(StrEnum):
+    """What an entry of a submission folder is, by ``lstat`` (never by following it)."""
+
+    FILE = "file"
+    FOLDER = "folder"
+    LINK = "link"
+    SPECIAL = "special"  # a FIFO, a socket or a device
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a submission folder: what it is and, for a file the grader reads,
+    its bytes (``data``) or why they were not read (``problem``, completing "NAME is ...").
+    ``name`` is as listed (bytes that are not UTF-8 as surrogate escapes)."""
+
+    name: str
+    kind: Kind
+    mtime: float
+    data: bytes | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What one submission folder holds, read once, without following anything out of it.
+
+    ``problem`` (completing "the submission ...") says why the folder itself was not read:
+    then ``entries`` is empty.
+    """
+
+    entries: tuple[Entry, ...] = ()
+    problem: str | None = None
+
+    def entry(self, name):
+        """The entry called ``name``, or None."""
+        return next((e for e in self.entries if e.name == name), None)
+
+
+def take_in(folder, release: nbformat.NotebookNode,
             timestamp: datetime | None = None) -> Intake:
-    """The :class:`Intake` of submission ``folder`` for the student version ``release``."""
-    folder = Path(folder)
-    names = handed_in(folder)
-    candidates = [candidate(folder / name, timestamp) for name in names
-                  if is_candidate(folder / name)]
+    """The :class:`Intake` of a submission for the student version ``release``.
+
+    ``folder`` is a :class:`Submission` (from :func:`read_submission`) or the path of a
+    submission folder, then read with :func:`read_submission`.
+    """
+    submission = folder if isinstance(folder, Submission) else read_submission(Path(folder))
+    if submission.problem:
+        return Intake(Status.UNREADABLE, None, None, (), False,
+                      f"the submission {submission.problem}; nothing in it was read")
+    names = handed_in(submission)
+    candidates = [candidate(entry, timestamp) for entry in submission.entries
+                  if is_candidate(entry.name)]
     parts = solution_parts(release)
     readable = [c for c in candidates if c.notebook is not None]
-    pool = [c for c in readable if belongs_by_grade_ids(c.notebook, release, parts)]
-    retyped = not pool
-    if retyped:
-        pool = [c for c in readable if defines_expected_name(c.notebook, parts)]
-    if pool:
-        return graded(pool, candidates, release, parts, retyped)
+    try:
+        pool = [c for c in readable if belongs_by_grade_ids(c.notebook, release, parts)]
+        retyped = not pool
+        if retyped:
+            pool = [c for c in readable if defines_expected_name(c.notebook, parts)]
+        if pool:
+            return graded(pool, candidates, release, parts, retyped)
+    finally:
+        defined.cache_clear()  # a worker keeps no student's code from one submission to the next
     if len(readable) < len(candidates):
         return unreadable(candidates)
     return missing(names, candidates)
@@ -158,37 +243,190 @@ def missing(names, candidates):
                   f"no notebook of this assignment; {held}")
 
 
-# -- the folder ------------------------------------------------------------------------
-def handed_in(folder):
-    """Sorted names of what the student put in ``folder`` (folders end in ``/``)."""
-    if not folder.is_dir():
-        return []
-    return sorted(entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "")
-                  for entry in folder.iterdir() if entry.name not in NOT_HANDED_IN)
+# -- the folder, looked at without following anything ------------------------------------
+def read_submission(folder: Path, within: Path | None = None) -> Submission:
+    """The :class:`Submission` in ``folder``, read without following any link.
+
+    ``within`` is an ancestor of ``folder`` taken as it is (the course's ``submitted/``);
+    every folder below it, down to ``folder``, is opened with ``O_NOFOLLOW``, so a link
+    there is refused, not followed. By default only ``folder`` itself is checked.
+    """
+    folder = Path(folder)
+    within = Path(within) if within is not None else folder.parent
+    steps = folder.relative_to(within).parts
+    try:
+        fd = os.open(within, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return Submission()
+    try:
+        for depth, step in enumerate(steps):
+            try:
+                inner = os.open(step, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
+                                | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as error:
+                return folder_problem(error, fd, step, Path(*steps[:depth + 1]))
+            os.close(fd)
+            fd = inner
+        return Submission(tuple(looked_at(fd)))
+    finally:
+        os.close(fd)
 
 
-def is_candidate(path):
-    """Whether ``path`` is a notebook to consider: a plain, visible ``.ipynb`` file."""
-    return (path.name.lower().endswith(".ipynb") and not path.name.startswith(".")
-            and not path.is_symlink() and path.is_file())
+def folder_problem(error, fd, name, path):
+    """The :class:`Submission` of the folder ``name`` in the open folder ``fd`` (``path``
+    under ``submitted/``) that could not be opened (``error``)."""
+    if error.errno == errno.ENOENT:
+        return Submission()
+    try:
+        linked = stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        linked = False
+    if linked or error.errno == errno.ELOOP:
+        return Submission(problem=f"folder {shown(str(path))} is a symbolic link, which the "
+                                  "grader does not follow")
+    if error.errno == errno.ENOTDIR:
+        return Submission(problem=f"folder {shown(str(path))} is not a folder")
+    return Submission(problem=f"folder {shown(str(path))} cannot be opened ({error.strerror})")
 
 
-def candidate(path, timestamp):
-    """The :class:`Candidate` of the file at ``path``, read without changing it."""
-    notebook, problem = read_notebook(path)
+def looked_at(fd):
+    """The :class:`Entry` of each name in the open folder ``fd``, sorted by name.
+
+    Candidate notebooks and the collection files are read (:func:`read_regular`);
+    notebooks beyond :data:`SUBMISSION_BYTES` in all are not.
+    """
+    with os.scandir(fd) as listing:
+        names = sorted(entry.name for _, entry in zip(range(FOLDER_ENTRIES), listing))
+    entries, budget = [], SUBMISSION_BYTES
+    for name in names:
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue  # removed while we looked
+        kind = kind_of(info.st_mode)
+        problem = data = None
+        if is_candidate(name) or name in COLLECTION_FILES:
+            cap = NOTEBOOK_BYTES if is_candidate(name) else COLLECTION_BYTES
+            if kind != Kind.FILE:
+                problem = NOT_A_FILE[kind]
+            elif is_candidate(name) and budget < info.st_size <= cap:
+                problem = (f"not read: the folder's notebooks exceed "
+                           f"{SUBMISSION_BYTES // 2**20} MiB together")
+            else:
+                data, problem = read_regular(name, fd, cap)
+                budget -= len(data or b"")
+        entries.append(Entry(name, kind, info.st_mtime, data, problem))
+    return entries
+
+
+NOT_A_FILE = {Kind.LINK: "a symbolic link, which the grader does not follow",
+              Kind.FOLDER: "a folder, not a notebook file",
+              Kind.SPECIAL: "not a regular file (a FIFO, socket or device), never opened"}
+
+
+def kind_of(mode):
+    """The :class:`Kind` of an ``lstat`` mode."""
+    if stat.S_ISLNK(mode):
+        return Kind.LINK
+    if stat.S_ISDIR(mode):
+        return Kind.FOLDER
+    return Kind.FILE if stat.S_ISREG(mode) else Kind.SPECIAL
+
+
+def read_regular(name, fd, cap):
+    """``(bytes, None)`` of the regular file ``name`` in the open folder ``fd``, else
+    ``(None, problem)``: not a regular file, a hard link, or more than ``cap`` bytes.
+
+    The file is opened without following a link and without blocking, checked with
+    ``fstat`` and read from that descriptor, at most ``cap + 1`` bytes.
+    """
+    try:
+        handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                         | os.O_CLOEXEC, dir_fd=fd)
+    except OSError as error:
+        return None, (NOT_A_FILE[Kind.LINK] if error.errno == errno.ELOOP
+                      else "a file the grader cannot open")
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            return None, NOT_A_FILE[kind_of(info.st_mode)]
+        if info.st_nlink > 1:
+            return None, (f"a hard link (one file with {info.st_nlink} names, maybe outside the "
+                          "folder), which the grader does not read; hand in a copy")
+        if info.st_size > cap:
+            return None, too_large(cap)
+        chunks, size = [], 0
+        while size <= cap:
+            chunk = os.read(handle, min(1 << 20, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return (None, too_large(cap)) if size > cap else (b"".join(chunks), None)
+    except OSError:
+        return None, "a file the grader cannot read"
+    finally:
+        os.close(handle)
+
+
+def too_large(cap):
+    """The problem of a file over ``cap`` bytes."""
+    return f"larger than the {cap // 2**20 or cap} {'MiB' if cap >= 2**20 else 'bytes'} the grader reads"
+
+
+def handed_in(submission):
+    """Sorted names of what the student put in the folder (folders end in ``/``)."""
+    return [entry.name + ("/" if entry.kind == Kind.FOLDER else "")
+            for entry in submission.entries if entry.name not in NOT_HANDED_IN]
+
+
+def is_candidate(name):
+    """Whether an entry called ``name`` may be a notebook to consider: a visible ``*.ipynb``."""
+    return name.lower().endswith(".ipynb") and not name.startswith(".")
+
+
+def candidate(entry, timestamp):
+    """The :class:`Candidate` of the folder entry ``entry``."""
+    notebook, problem = (read_notebook(entry.data) if entry.data is not None
+                         else (None, entry.problem or "a file the grader cannot open"))
     saved = saved_time(notebook) if notebook is not None else None
     if saved is not None and timestamp is not None and saved > as_utc(timestamp):
         saved = None
-    modified = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
-    return Candidate(path.name, notebook, problem, saved or modified)
+    return Candidate(entry.name, notebook, problem,
+                     saved or datetime.fromtimestamp(entry.mtime, timezone.utc))
 
 
-def read_notebook(path):
-    """``(notebook, None)`` for a readable nbformat-4 notebook, else ``(None, problem)``."""
+def handed_in_time(submission, now):
+    """``(time, problem)``: when the submission was handed in, by its ``timestamp.txt``.
+
+    ``(None, None)`` without a ``timestamp.txt``. One that is not a regular file, is not
+    a time (:func:`autograder.core.policy.parse_time`) or is later than ``now`` (beyond
+    :data:`FUTURE_SLACK`) is not believed: the time is ``now``, the time of grading (the
+    latest it can have been handed in, so a broken file never makes work less late), and
+    ``problem`` says why, for the message.
+    """
+    entry = submission.entry(TIMESTAMP)
+    if entry is None:
+        return None, None
+    if entry.data is None:
+        return now, f"{TIMESTAMP} is {entry.problem}; the time of grading counts"
+    text = entry.data.decode("utf-8", "replace").strip()
     try:
-        data = path.read_bytes()
-    except OSError:
-        return None, "a file the grader cannot open"
+        moment = parse_time(text)
+    except ValueError:
+        return now, f"{TIMESTAMP} is not a time ('{shown(text[:40])}'); the time of grading counts"
+    if moment > now + FUTURE_SLACK:
+        return now, f"{TIMESTAMP} is in the future ({shown(text[:40])}); the time of grading counts"
+    return moment, None
+
+
+def read_notebook(data):
+    """``(notebook, None)`` for bytes that hold a readable notebook, else ``(None, problem)``.
+
+    The notebook is upgraded to nbformat 4 when it is older. A notebook over
+    :data:`NOTEBOOK_CELLS` cells or nested deeper than :data:`JSON_DEPTH` is refused
+    before nbformat validates it.
+    """
     if not data.strip():
         return None, "empty"
     try:
@@ -199,9 +437,13 @@ def read_notebook(path):
     version = raw.get("nbformat") if isinstance(raw, dict) else None
     if type(version) is not int or not ("cells" in raw or "worksheets" in raw):
         return None, "JSON but not a Jupyter notebook"
-    if version != 4:
-        newer = "; save it with Jupyter 4 or newer" if version < 4 else ", newer than the grader reads"
-        return None, f"an nbformat {version} notebook{newer}"
+    if version > 4:
+        return None, f"an nbformat {version} notebook, newer than the grader reads"
+    cells = cell_count(raw)
+    if cells > NOTEBOOK_CELLS:
+        return None, f"a notebook of {cells} cells, more than the {NOTEBOOK_CELLS} the grader takes"
+    if too_deep(raw, JSON_DEPTH):
+        return None, f"JSON nested deeper than the {JSON_DEPTH} levels the grader takes"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -211,6 +453,31 @@ def read_notebook(path):
     if notebook is None or not well_formed(notebook):
         return None, "a damaged notebook (its cells cannot be read)"
     return notebook, None
+
+
+def cell_count(raw):
+    """How many cells the notebook JSON ``raw`` holds (nbformat 4, or 3 and older)."""
+    def length(value):
+        return len(value) if isinstance(value, list) else 0
+
+    if "cells" in raw:
+        return length(raw["cells"])
+    sheets = raw["worksheets"] if isinstance(raw["worksheets"], list) else []
+    return sum(length(sheet.get("cells")) for sheet in sheets if isinstance(sheet, dict))
+
+
+def too_deep(value, limit):
+    """Whether the JSON ``value`` nests lists and objects deeper than ``limit``."""
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                todo.append((child, depth + 1))
+    return False
 
 
 def well_formed(notebook):
@@ -267,8 +534,9 @@ def as_utc(moment):
 
 # -- messages --------------------------------------------------------------------------
 def shown(name):
-    """``name`` fit for a one-line message: control and format characters become ``?``."""
-    return "".join("?" if unicodedata.category(ch).startswith("C") else ch for ch in name)
+    """``name`` fit for a one-line message: controls, bidi overrides and bytes that are
+    not UTF-8 escaped (:func:`autograder.core.untrusted.printable`)."""
+    return printable(name)
 
 
 def also_handed_in(others):
@@ -339,9 +607,10 @@ def used_names(tree):
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+@functools.lru_cache(maxsize=4096)  # a cell is matched against every release part
 def defined(source):
     """Names the code ``source`` binds at module level (none if it does not parse)."""
-    return module_names(parse(source))
+    return frozenset(module_names(parse(source)))
 
 
 # -- which notebook belongs ------------------------------------------------------------

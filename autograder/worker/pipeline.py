@@ -12,9 +12,12 @@ one student at a time.
 
 import hashlib
 import logging
+import os
+import re
 import shutil
 import traceback
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from time import monotonic
 
@@ -28,7 +31,7 @@ from ..core.policy import CourseSettings, apply_late_policy
 from ..core.results import LimitEvent, Status, StudentResult
 from .audit import audit, restore_deleted
 from .feedback import polish
-from .intake import take_in
+from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
 
 
 @dataclass
@@ -63,22 +66,36 @@ INTERNAL_ID = "student"  # the id every submission has inside a worker: no glob 
 def stage_submission(settings, student, scratch):
     """Take in the student's notebook, audit it and put it in ``scratch`` for nbgrader.
 
+    The folder is read once, by :func:`autograder.worker.intake.read_submission`, which
+    follows no link out of ``submitted/<student>/<assignment>`` (a linked student or
+    assignment folder is refused) and bounds what it reads;
     :func:`autograder.worker.intake.take_in` decides which notebook to grade (any name; the
     newest of several; a copy without nbgrader metadata re-seated into the release
-    notebook) or why none can be. Only that notebook (and ``timestamp.txt``) is
-    staged: other files could shadow modules. Deleted test cells are put back.
+    notebook) or why none can be. Only that notebook is staged (other files could
+    shadow modules), with the collection's ``timestamp.txt`` (rewritten in nbgrader's
+    format; one that is not a time or lies in the future is replaced by the time of
+    grading and flagged ``bad-timestamp``) and nbgrader's ``submission_secret.txt``
+    (which ``release_feedback`` needs). Deleted test cells are put back.
     Returns the :class:`StudentResult` so far.
     """
-    source = Path(settings.root) / SUBMITTED / student / settings.assignment
+    root = Path(settings.root)
+    source = root / SUBMITTED / student / settings.assignment
     dest = Path(scratch) / INTERNAL_ID / settings.assignment
     shutil.rmtree(scratch, ignore_errors=True)
     dest.mkdir(parents=True)
-    result = StudentResult(student=student, digest=submission_digest(source))
-    if (source / "timestamp.txt").is_file():
-        shutil.copy(source / "timestamp.txt", dest)
+    submission = read_submission(source, within=root / SUBMITTED)
+    result = StudentResult(student=student, digest=digest_of(submission))
+    handed, problem = handed_in_time(submission, datetime.now(timezone.utc))
+    if handed is not None:
+        (dest / TIMESTAMP).write_text(handed.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+    if problem:
+        result.message, result.flags = problem, ["bad-timestamp"]
+    secret = submission.entry(SECRET)
+    if secret is not None and secret.data and re.fullmatch(rb"[0-9a-fA-F]{1,512}", secret.data.strip()):
+        (dest / SECRET).write_bytes(secret.data.strip())
     for release_path in sorted(Path(settings.release_dir).glob("*.ipynb")):
         release = nbformat.read(release_path, as_version=4)
-        intake = take_in(source, release)
+        intake = take_in(submission, release, timestamp=handed)
         result.message = "; ".join(m for m in (result.message, intake.message) if m)
         if intake.status != Status.OK:
             result.status = intake.status
@@ -109,11 +126,23 @@ def explanation_page(student, assignment, result):
 
 
 def submission_digest(folder):
-    """SHA-256 of what a student handed in (notebooks and timestamp), by file name."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
-        if path.is_file() and (path.suffix == ".ipynb" or path.name == "timestamp.txt"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    """SHA-256 of what a student handed in to ``submitted/<student>/<assignment>`` (``folder``).
+
+    Read as grading reads it (:func:`autograder.worker.intake.read_submission`: no link
+    followed, neither the student's nor the assignment's folder may be a link).
+    """
+    folder = Path(folder)
+    return digest_of(read_submission(folder, within=folder.parent.parent))
+
+
+def digest_of(submission):
+    """SHA-256 of a :class:`~autograder.worker.intake.Submission`: every entry's name and
+    kind, and the bytes of its notebooks and collection files (or why they were not read)."""
+    digest = hashlib.sha256((submission.problem or "").encode())
+    for entry in submission.entries:
+        content = entry.data if entry.data is not None else (entry.problem or "").encode()
+        digest.update(os.fsencode(entry.name) + b"\0" + entry.kind.encode() + b"\0"
+                      + content + b"\0")
     return digest.hexdigest()
 
 
@@ -147,12 +176,14 @@ def collect_files(scratch_root, student, assignment, needs_manual):
     """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``.
 
     Feedback pages are polished (:func:`autograder.worker.feedback.polish`) on the way.
+    The staged ``timestamp.txt`` and ``submission_secret.txt`` come along, which nbgrader
+    copies into both folders too: ``nbgrader release_feedback`` reads them beside each page.
     """
     files = {}
     for kind in (AUTOGRADED, FEEDBACK):
         folder = Path(scratch_root) / kind / INTERNAL_ID / assignment
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
-            if not path.is_file() or path.name == "timestamp.txt":
+            if not path.is_file():
                 continue
             data = path.read_bytes()
             if kind == FEEDBACK and path.suffix == ".html":
