@@ -13,6 +13,8 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+from .sanitize import exporter_settings
+
 SOURCE = "solutions"
 RELEASE = "release"
 SUBMITTED = "submitted"
@@ -45,6 +47,8 @@ def course_config(root, db_url=None, assignment=None, student=None):
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
         "nbgrader.preprocessors.ClearHiddenTests",
     ]
+    # what a submission contains renders inert in feedback pages and the formgrader's views
+    c.merge(exporter_settings())
     return c
 
 

@@ -9,9 +9,17 @@ off the page. :func:`polish` fixes the rendered page:
 * a written answer that still needs a manual grade says "to be graded by hand";
 * error messages and outputs wrap;
 * MathJax 3 comes from ``feedback/_mathjax`` (copied there by :func:`install_mathjax`
-  from the pinned ``sphinx-mathjax-offline`` package), so math renders offline.
+  from the pinned ``sphinx-mathjax-offline`` package), so math renders offline;
+* the page carries a strict Content-Security-Policy (:data:`CONTENT_SECURITY_POLICY`): only
+  the MathJax configuration (by its hash) and files next to the page run, images come only
+  from the page itself (``data:``), nothing else is fetched, no form is sent and no
+  ``<base>`` counts. The page's HTML is already sanitized when it is rendered
+  (:mod:`autograder.core.sanitize`, through the course configuration); the policy makes
+  whatever a sanitizer might miss unable to run or to load anything.
 """
 
+import base64
+import hashlib
 import html
 import re
 import shutil
@@ -21,10 +29,19 @@ MATHJAX_DIR = "_mathjax"  # under feedback/: pages are feedback/<student>/<assig
 MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2")
 WRAP_CSS = ("<style>.output_area pre, .output_subarea pre, .nbgrader_cell pre "
             "{white-space: pre-wrap; word-break: break-word;}</style>")
-MATHJAX_3 = (
-    "<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
-    "processEscapes: true}, options: {ignoreHtmlClass: 'tex2jax_ignore'}};</script>\n"
-    f"<script defer src=\"../../{MATHJAX_DIR}/tex-chtml.js\"></script>")
+# \href is redefined to show its text only: a link made by math is not a link
+MATHJAX_CONFIG = (
+    "window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+    "processEscapes: true, macros: {href: ['#2', 2]}}, "
+    "options: {ignoreHtmlClass: 'tex2jax_ignore'}};")
+MATHJAX_3 = (f"<script>{MATHJAX_CONFIG}</script>\n"
+             f"<script defer src=\"../../{MATHJAX_DIR}/tex-chtml.js\"></script>")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; "
+    f"script-src 'self' 'sha256-{base64.b64encode(hashlib.sha256(MATHJAX_CONFIG.encode()).digest()).decode()}'; "
+    "style-src 'unsafe-inline'; img-src 'self' data:; font-src 'self'; "
+    "base-uri 'none'; form-action 'none'")
+CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
 MATHJAX_2 = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
 
 
@@ -56,7 +73,12 @@ def polish(page, nb, needs_manual=()):
             page = re.sub(re.escape(anchor) + r"(Written response|Coding free-response)</a> \(Score: [^)]*\)",
                           lambda m: f"{anchor}{m.group(1)}</a> (to be graded by hand)", page)
     page = MATHJAX_2.sub(lambda _: MATHJAX_3, page, count=1)
-    return page.replace("</head>", WRAP_CSS + "\n</head>", 1)
+    return with_csp(page.replace("</head>", WRAP_CSS + "\n</head>", 1))
+
+
+def with_csp(page):
+    """``page`` with :data:`CSP_META` first in its head, before anything it governs."""
+    return re.sub(r"<head[^>]*>", lambda m: m.group() + "\n" + CSP_META, page, count=1)
 
 
 def install_mathjax(feedback_root):

@@ -30,7 +30,7 @@ from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_s
 from ..core.policy import CourseSettings, apply_late_policy
 from ..core.results import LimitEvent, Status, StudentResult
 from .audit import audit, restore_deleted
-from .feedback import polish
+from .feedback import CSP_META, polish
 from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
 
 
@@ -117,7 +117,7 @@ def explanation_page(student, assignment, result):
     """The feedback page of a submission that could not be graded: what was wrong."""
     from html import escape
 
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}"
             f"<title>{escape(assignment)}: not graded</title></head><body>"
             f"<h1>{escape(assignment)}: your submission could not be graded</h1>"
             f"<p>{escape(result.message or result.error or result.status)}</p>"

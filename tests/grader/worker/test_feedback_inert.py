@@ -1,0 +1,136 @@
+"""Feedback pages and formgrader views render a hostile submission inert (no browser, no kernel).
+
+The notebooks of :mod:`tests.grader.hostile_pages` (every payload family, with the outputs
+their code makes baked in) are rendered with the course's nbgrader configuration through
+nbgrader's ``feedback`` and ``formgrade`` templates and nbconvert's ``classic`` and ``lab``;
+an HTML parser then lists whatever could run or load. The same renders without the course's
+sanitizing settings are the control: there, the payloads are live. The real browser, a real
+grading run and a live formgrader are in ``tests/grader/test_formgrader_browser.py``.
+"""
+
+import base64
+import copy
+import hashlib
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import nbgrader
+import pytest
+from nbconvert.exporters import HTMLExporter
+from traitlets.config import Config
+
+from autograder.core.nbgrader_config import course_config
+from autograder.core.sanitize import clean_html, markdown2html
+from autograder.host.release import generate
+from autograder.worker.feedback import CONTENT_SECURITY_POLICY, MATHJAX_CONFIG, polish
+from autograder.worker.pipeline import explanation_page
+from autograder.core.results import Status, StudentResult
+from tests.grader import hostile_pages as hostile
+
+REPO = Path(__file__).resolve().parents[3]
+TOY = REPO / "tests" / "fixtures" / "course" / "solutions" / "toy"
+HIT = "http://127.0.0.1:9"
+NBGRADER_TEMPLATES = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
+RESOURCES = {"nbgrader": {"notebook": "toy", "score": 6, "max_score": 7, "late_penalty": 0},
+             "base_url": "", "assignment_id": "toy", "notebook_id": "toy", "submission_id": "x",
+             "index": 0, "total": 1, "student": "s", "notebook_path": "toy.ipynb"}
+
+
+@pytest.fixture(scope="module")
+def notebooks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    source = nbformat.read(TOY / "toy.ipynb", as_version=4)
+    shutil.copytree(TOY, root / "solutions" / "toy")
+    release = nbformat.read(generate("toy", root, release_dir=root / "rel") / "toy.ipynb", as_version=4)
+    outputs = hostile.hostile_outputs(source, release, HIT)
+    outputs.cells[-1].outputs = hostile.baked_outputs(HIT)
+    honest = hostile.honest(source, release)
+    honest.cells[-1].outputs = [nbformat.v4.new_output(
+        "display_data", data={"image/png": base64.b64encode(hostile.png()).decode(), "text/plain": "<Image>"})]
+    return root, {"honest": honest,
+                  "markdown": hostile.hostile_markdown(source, release, HIT),
+                  "outputs": outputs, "cells": hostile.hostile_cells(source, release, HIT)}
+
+
+def render(root, nb, template, sanitized=True):
+    c = course_config(root) if sanitized else Config()
+    c.HTMLExporter.template_name = template
+    if template in ("feedback", "formgrade"):  # as nbgrader's GenerateFeedback and formgrader set them
+        c.HTMLExporter.extra_template_basedirs = [str(NBGRADER_TEMPLATES)]
+        c.HTMLExporter.extra_template_paths = [str(NBGRADER_TEMPLATES.parent / "static" / "node_modules"
+                                                   / "bootstrap" / "dist" / "css")]
+    nb = nbformat.from_dict(copy.deepcopy(nb))
+    for cell in nb.cells:  # the scores nbgrader's GetGrades puts in for the feedback template
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            meta["score"] = meta.get("points", 0)
+    page, _ = HTMLExporter(config=c).from_notebook_node(nb, resources=dict(RESOURCES))
+    return page
+
+
+def findings(page):
+    """What could run or load, less what every page of the template has (its own scripts)."""
+    return hostile.active_content(page, allowed=("https://cdnjs.cloudflare.com/ajax/libs/mathjax/",
+                                                 "/formgrader/static/", "https://cdnjs.cloudflare.com/ajax/libs/require.js/",
+                                                 "https://cdnjs.cloudflare.com/ajax/libs/jquery/"))
+
+
+TEMPLATES = ["feedback", "formgrade", "classic", "lab"]
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("who", ["markdown", "outputs", "cells"])
+def test_hostile_notebook_renders_inert(notebooks, template, who):
+    root, nbs = notebooks
+    baseline = set(findings(render(root, nbs["honest"], template)))
+    page = render(root, nbs[who], template)
+    assert set(findings(page)) <= baseline, sorted(set(findings(page)) - baseline)
+    assert not re.search(r"<script[^>]*>[^<]*pwned", page), "a payload script survived"
+
+
+@pytest.mark.parametrize("template", ["feedback", "formgrade"])
+def test_without_the_course_settings_the_payloads_are_live(notebooks, template):
+    """The control: nbgrader's templates as shipped render the same notebooks with live payloads."""
+    root, nbs = notebooks
+    baseline = set(findings(render(root, nbs["honest"], template, sanitized=False)))
+    live = set()
+    for who in ("markdown", "outputs", "cells"):
+        live |= set(findings(render(root, nbs[who], template, sanitized=False))) - baseline
+    assert {"<img onerror>", "<iframe>", "<base>", "<object>", "<embed>"} <= live, live
+
+
+def test_honest_content_survives(notebooks):
+    root, nbs = notebooks
+    page = render(root, nbs["honest"], "feedback")
+    assert 'src="data:image/png;base64,' in page
+    assert "\\sigma(x)_i" in page and "$$e^{x_i - m} \\le 1.$$" in page
+    md = ("# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n`x < y` and $a<b$ and [docs](https://example.org)\n\n"
+          "![dot](data:image/png;base64,iVBORw0KGgo=)")
+    html = markdown2html({"cell": {}}, md)
+    for kept in ("<h1", "<table>", "<th>", "<code>x &lt; y</code>", "$a&lt;b$",
+                 'href="https://example.org"', 'src="data:image/png;base64,iVBORw0KGgo="'):
+        assert kept in html, (kept, html)
+
+
+@pytest.mark.parametrize("name, payload", hostile.MARKDOWN)
+def test_each_markdown_payload_alone(name, payload):
+    text = payload.format(js=hostile.marker_js(name, HIT), hit=HIT)
+    assert hostile.active_content(markdown2html({"cell": {}}, text)) == []
+    assert hostile.active_content(clean_html(text)) == []
+
+
+def test_feedback_pages_carry_a_strict_policy():
+    page = polish("<html><head><meta charset='utf-8'>\n<!-- Load mathjax -->x<!-- End of mathjax "
+                  "configuration --></head><body><p>hi</p></body></html>", nbformat.v4.new_notebook())
+    head = page[:page.index("</head>")]
+    assert head.index("Content-Security-Policy") < head.index("<script")
+    digest = base64.b64encode(hashlib.sha256(MATHJAX_CONFIG.encode()).digest()).decode()
+    assert f"<script>{MATHJAX_CONFIG}</script>" in page and f"'sha256-{digest}'" in CONTENT_SECURITY_POLICY
+    for directive in ("default-src 'none'", "base-uri 'none'", "form-action 'none'", "img-src 'self' data:"):
+        assert directive in CONTENT_SECURITY_POLICY
+    assert "unsafe-inline" not in CONTENT_SECURITY_POLICY.split("script-src")[1].split(";")[0]
+    result = StudentResult(student="s", status=Status.UNREADABLE, message='<img src=x onerror="alert(1)">')
+    page = explanation_page("s", "toy", result).decode()
+    assert "Content-Security-Policy" in page and hostile.active_content(page) == []
