@@ -16,7 +16,8 @@ Grade the course's nbgrader assignments at class scale.
 Instructor workflow (run from the course root, the repository root):
   1. python -m autograder generate --all     student versions: solutions/ -> release/
   2. hand out release/<assignment>/<assignment>.ipynb (the book links them)
-  3. collect each student's notebook into submitted/<student>/<assignment>/
+  3. collect each student's notebook into submitted/<student>/<assignment>/, e.g.
+     python -m autograder collect 01-rope --from canvas submissions.zip
   4. python -m autograder grade 01-rope      autograde everyone in parallel
   5. grade manual answers in nbgrader's formgrader if needed, then
      python -m autograder feedback 01-rope   regenerate feedback/ with those scores
@@ -182,6 +183,19 @@ def cmd_roster(args):
         sys.exit(str(error))
 
 
+def cmd_collect(args):
+    from ..core.untrusted import printable
+    from .collect import Lms, collect_into_course
+
+    known_assignment(args.root, args.assignment)
+    try:
+        lines = collect_into_course(Path(args.root), args.assignment, Lms(args.lms), Path(args.archive))
+    except (OSError, ValueError) as error:
+        sys.exit(f"collect: {printable(error)}")
+    for line in lines:
+        print(line)
+
+
 def late_policy(text):
     from ..core.policy import LatePolicy
 
@@ -279,6 +293,21 @@ def parser():
     p.add_argument("--check", default=None, metavar="ASSIGNMENT",
                    help="compare the roster with the submissions of ASSIGNMENT")
     p.set_defaults(func=cmd_roster)
+
+    p = sub.add_parser("collect", parents=[common], formatter_class=raw,
+                       help="unpack an LMS bulk download (Canvas, Moodle) into submitted/",
+                       description="Put each notebook of a Canvas or Moodle bulk download (a zip) "
+                                   "into submitted/<student>/<ASSIGNMENT>/ with a timestamp.txt, "
+                                   "matching file names to roster.csv (lms_id, else the name), as "
+                                   "nbgrader's zip_collect does. A student's folder is replaced. "
+                                   "Unmatched files are listed. A hostile archive (paths out of "
+                                   "the folder, links, a zip bomb) is refused whole: one line, exit "
+                                   "status 1, nothing written.")
+    p.add_argument("assignment", help="assignment id, e.g. 01-rope")
+    p.add_argument("--from", dest="lms", required=True, choices=("canvas", "moodle"),
+                   help="the LMS that made the archive (its file-name layout)")
+    p.add_argument("archive", help="the bulk download (.zip)")
+    p.set_defaults(func=cmd_collect)
     return top
 
 

@@ -1,0 +1,283 @@
+"""``python -m autograder collect``: LMS bulk downloads into ``submitted/``, hostile archives refused.
+
+Every archive is a real zip written with :mod:`zipfile` here, in the layouts Canvas and
+Moodle give their bulk downloads; hostile ones climb out of the folder, hold links, are
+zip bombs (a few kB that inflate past the caps), are not zips, or have names that are
+not UTF-8. The command runs as an instructor runs it (a subprocess), so its exit status
+and its one line are checked as well as every file it writes, and does not write.
+"""
+
+import contextlib
+import csv
+import io
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.host.cli import main
+from autograder.host.collect import ArchiveError, Bounds, Lms, collect
+from autograder.host.roster import read_roster
+
+REPO = Path(__file__).resolve().parents[3]
+AID = "toy"
+T1, T2 = (2026, 12, 1, 9, 30, 0), (2026, 12, 2, 18, 45, 10)
+ROSTER = [("ada", "Ada Lovelace", "ada@uni.edu", "1001"),
+          ("alan", "Alan Turing", "alan@uni.edu", "1002"),
+          ("grace", "Grace Brewster Hopper", "grace@uni.edu", ""),  # no LMS id: matched by name
+          ("=cmd", "Edsger Dijkstra", "ed@uni.edu", "1004")]
+
+
+def notebook(marker):
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(f"# {marker}", id="only-cell"))
+    return nbformat.writes(nb).encode()
+
+
+@pytest.fixture
+def course(tmp_path):
+    shutil.copytree(REPO / "tests" / "fixtures" / "course" / "solutions", tmp_path / "solutions")
+    with open(tmp_path / "roster.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student_id", "name", "email", "lms_id"])
+        writer.writerows(ROSTER)
+    return tmp_path
+
+
+def archive(path, entries):
+    """A zip of ``entries``: ``(name, bytes, date_time)`` or a ready ``ZipInfo`` with bytes."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data, *when in entries:
+            info = name if isinstance(name, zipfile.ZipInfo) else zipfile.ZipInfo(name, when[0] if when else T1)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    return path
+
+
+def run(course, lms, zip_path, subprocess_=False, assignment=AID):
+    """``python -m autograder collect``: ``(returncode, stdout, stderr)``; in this process
+    (the command's own ``main``, ``SystemExit`` as the interpreter turns it into an exit
+    status and a line) unless ``subprocess_``."""
+    argv = ["collect", assignment, "--from", lms, str(zip_path), "--root", str(course)]
+    if subprocess_:
+        return subprocess.run([sys.executable, "-m", "autograder", *argv], capture_output=True,
+                              text=True, cwd=REPO, timeout=120)
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+            if isinstance(stop.code, str):
+                print(stop.code, file=sys.stderr)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def tree(root):
+    """Every path under ``root`` (folders end in /), relative."""
+    return sorted(str(p.relative_to(root)) + ("/" if p.is_dir() else "") for p in root.rglob("*"))
+
+
+def stamp(student, course):
+    return (course / "submitted" / student / AID / "timestamp.txt").read_text()
+
+
+# -- the layouts -------------------------------------------------------------------------
+def test_canvas_files_go_to_roster_ids_with_their_entry_times(course):
+    zip_path = archive(course / "canvas.zip", [
+        ("lovelaceada_1001_5001_toy.ipynb", notebook("ada"), T1),
+        ("turingalan_LATE_1002_5002_toy-1.ipynb", notebook("alan late"), T2),
+        ("hoppergracebrewster_2003_5003_My Notebook (1).ipynb", notebook("grace"), T1),
+        ("dijkstraedsger_1004_5004_toy.ipynb", notebook("ed"), T1),
+        ("lovelaceada_1001_5001_notes.txt", b"notes", T1),
+        ("strangerdanger_9999_5009_toy.ipynb", notebook("nobody"), T1),
+    ])
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "collected 4 notebook(s) of 4 student(s) into submitted/<student>/toy/",
+        "not matched to the roster: strangerdanger_9999_5009_toy.ipynb",
+        "skipped lovelaceada_1001_5001_notes.txt: not a notebook"]
+    submitted = course / "submitted"
+    assert tree(submitted) == [
+        "=cmd/", "=cmd/toy/", "=cmd/toy/timestamp.txt", "=cmd/toy/toy.ipynb",
+        "ada/", "ada/toy/", "ada/toy/timestamp.txt", "ada/toy/toy.ipynb",
+        "alan/", "alan/toy/", "alan/toy/timestamp.txt", "alan/toy/toy-1.ipynb",
+        "grace/", "grace/toy/", "grace/toy/My Notebook (1).ipynb", "grace/toy/timestamp.txt"]
+    assert (submitted / "ada" / AID / "toy.ipynb").read_bytes() == notebook("ada")
+    assert (submitted / "alan" / AID / "toy-1.ipynb").read_bytes() == notebook("alan late")
+    assert stamp("alan", course) == "2026-12-02 18:45:10.000000 UTC"
+    assert stamp("ada", course) == "2026-12-01 09:30:00.000000 UTC"
+    mtime = (submitted / "alan" / AID / "toy-1.ipynb").stat().st_mtime
+    assert mtime == datetime(*T2, tzinfo=timezone.utc).timestamp()
+
+
+def test_moodle_folders_and_flat_files_go_to_roster_ids(course):
+    zip_path = archive(course / "moodle.zip", [
+        ("Ada Lovelace_1001_assignsubmission_file_/toy.ipynb", notebook("ada"), T1),
+        ("Alan Turing_77_assignsubmission_file_toy.ipynb", notebook("alan"), T2),  # by name
+        ("Grace  Brewster HOPPER_78_assignsubmission_file_/solution.ipynb", notebook("grace"), T1),
+        ("Ada Lovelace_1001_assignsubmission_onlinetext_onlinetext.html", b"<p>hi</p>", T1),
+        ("Someone Else_79_assignsubmission_file_/toy.ipynb", notebook("?"), T1),
+    ])
+    done = run(course, "moodle", zip_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "collected 3 notebook(s) of 3 student(s) into submitted/<student>/toy/"
+    assert "not matched to the roster: Someone Else_79_assignsubmission_file_/toy.ipynb" in done.stdout
+    assert (course / "submitted" / "grace" / AID / "solution.ipynb").read_bytes() == notebook("grace")
+    assert (course / "submitted" / "alan" / AID / "toy.ipynb").read_bytes() == notebook("alan")
+
+
+def test_a_second_collection_replaces_the_folder_and_keeps_the_newest_duplicate(course):
+    old = course / "submitted" / "ada" / AID
+    old.mkdir(parents=True)
+    (old / "stale.ipynb").write_bytes(notebook("stale"))
+    entries = [(zipfile.ZipInfo("lovelaceada_1001_5001_toy.ipynb", T2), notebook("newer")),
+               (zipfile.ZipInfo("lovelaceada_1001_5001_toy.ipynb", T1), notebook("older"))]
+    with pytest.warns(UserWarning, match="Duplicate name"):
+        zip_path = archive(course / "dup.zip", entries)
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in old.iterdir()) == ["timestamp.txt", "toy.ipynb"]
+    assert (old / "toy.ipynb").read_bytes() == notebook("newer")
+    assert "skipped lovelaceada_1001_5001_toy.ipynb: an older copy of" in done.stdout
+
+
+# -- hostile archives: one line, exit 1, nothing written ---------------------------------
+def link_entry(name, target):
+    info = zipfile.ZipInfo(name, T1)
+    info.create_system = 3
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info, target.encode()
+
+
+HOSTILE = {
+    "zip slip ..": (("../../evil_1001_5001_toy.ipynb", b"{}"), "would be written outside"),
+    "nested ..": (("lovelaceada_1001_5001_x/../../../toy.ipynb", b"{}"), "would be written outside"),
+    "absolute": (("/tmp/evil_1001_5001_toy.ipynb", b"{}"), "would be written outside"),
+    "drive letter": (("C:/evil_1001_5001_toy.ipynb", b"{}"), "would be written outside"),
+    "backslash ..": (("..\\..\\evil_1001_5001_toy.ipynb", b"{}"), "would be written outside"),
+    "backslash": (("dir\\lovelaceada_1001_5001_toy.ipynb", b"{}"), "has a backslash"),
+    "symlink": (link_entry("lovelaceada_1001_5001_toy.ipynb", "/etc/shadow"), "is a symbolic link"),
+    "symlink to solutions": (link_entry("lovelaceada_1001_5001_toy.ipynb", "../../solutions/toy/toy.ipynb"),
+                             "is a symbolic link"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_entry_refuses_the_whole_archive(course, case):
+    entry, expected = HOSTILE[case]
+    zip_path = archive(course / "hostile.zip", [("turingalan_1002_5002_toy.ipynb", notebook("alan")),
+                                                entry])
+    before = tree(course)
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"collect: {zip_path}: entry ") and expected in done.stderr
+    assert tree(course) == before  # nothing written, not even the honest student
+    assert not list(course.parent.glob("evil*")) and not Path("/tmp/evil_1001_5001_toy.ipynb").exists()
+
+
+def zip_bomb(path):
+    """A few kB that inflate to 40 MiB, past the per-file cap."""
+    bomb = archive(path, [("turingalan_1002_5002_toy.ipynb", notebook("alan")),
+                          ("lovelaceada_1001_5001_toy.ipynb", b"\0" * (40 * 2**20))])
+    assert bomb.stat().st_size < 64 * 1024
+    with zipfile.ZipFile(bomb) as zf:
+        assert zf.getinfo("lovelaceada_1001_5001_toy.ipynb").file_size > Bounds().file_bytes
+    return bomb
+
+
+@pytest.mark.parametrize("how", ["in process", pytest.param("as a command", marks=pytest.mark.slow)])
+def test_a_zip_bomb_of_a_few_kilobytes_is_refused_while_inflating(course, how):
+    bomb = zip_bomb(course / "bomb.zip")
+    before = tree(course)
+    start = time.monotonic()
+    done = run(course, "canvas", bomb, subprocess_=how == "as a command")
+    assert done.returncode == 1, done
+    assert done.stderr.strip() == (f"collect: {bomb}: entry 'lovelaceada_1001_5001_toy.ipynb' "
+                                   "inflates more than 200 times its size (a zip bomb)")
+    assert tree(course) == before and time.monotonic() - start < 60
+
+
+def test_sizes_are_counted_not_read_from_the_headers(course, tmp_path):
+    roster = read_roster(course / "roster.csv")
+    zip_path = archive(tmp_path / "big.zip", [("lovelaceada_1001_5001_toy.ipynb", os.urandom(3000)),
+                                              ("turingalan_1002_5002_toy.ipynb", notebook("alan"))])
+    # a header that claims a small size cannot smuggle bytes: zipfile stops, the CRC fails
+    data = bytearray(zip_path.read_bytes())
+    with zipfile.ZipFile(zip_path) as zf:
+        info = zf.getinfo("lovelaceada_1001_5001_toy.ipynb")
+    lying = tmp_path / "lying.zip"
+    offset = data.find(b"PK\x01\x02")  # the central directory's first entry: its file_size at +24
+    data[offset + 24:offset + 28] = (100).to_bytes(4, "little")
+    data[info.header_offset + 22:info.header_offset + 26] = (100).to_bytes(4, "little")
+    lying.write_bytes(bytes(data))
+    with pytest.raises(ArchiveError, match="not a readable zip archive"):
+        collect(lying, Lms.CANVAS, AID, course, roster)
+    # a file over the per-file cap is skipped and reported; the others are written
+    report = collect(zip_path, Lms.CANVAS, AID, course, roster, Bounds(file_bytes=2000, ratio=10**6))
+    assert [c.student for c in report.collected] == ["alan"]
+    assert report.skipped == (("lovelaceada_1001_5001_toy.ipynb", "larger than the 0 MiB the grader reads"),)
+    assert not (course / "submitted" / "ada").exists()
+    with pytest.raises(ArchiveError, match="inflates to more than 0 MiB"):
+        collect(zip_path, Lms.CANVAS, AID, course, roster, Bounds(total_bytes=1000, ratio=10**6))
+    with pytest.raises(ArchiveError, match="2 entries, more than the 1 collect takes"):
+        collect(zip_path, Lms.CANVAS, AID, course, roster, Bounds(entries=1))
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"PK\x03\x04 this is not really a zip", "not a readable zip archive"),
+    (b"", "not a readable zip archive"),
+])
+def test_a_file_that_is_not_a_zip_is_one_line(course, content, expected):
+    path = course / "broken.zip"
+    path.write_bytes(content)
+    done = run(course, "canvas", path)
+    assert done.returncode == 1 and expected in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_names_that_are_not_utf8_or_hold_controls(course):
+    # flagged UTF-8 but not UTF-8: the archive is refused
+    zip_path = archive(course / "utf8.zip", [("lovelaceada_1001_5001_toyé.ipynb", notebook("ada"))])
+    data = zip_path.read_bytes().replace("é".encode(), b"\xff\xfe")
+    zip_path.write_bytes(data)
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and "an entry name marked UTF-8 is not UTF-8" in done.stderr
+    # a name with terminal escapes: written under a plain name, shown escaped
+    zip_path = archive(course / "escape.zip", [("lovelaceada_1001_5001_\x1b[2Jtoy.ipynb", notebook("ada")),
+                                               ("\x1b]0;owned\x07_9_9_toy.ipynb", notebook("?"))])
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "not matched to the roster: \\x1b]0;owned\\x07_9_9_toy.ipynb" in done.stdout
+    assert sorted(p.name for p in (course / "submitted" / "ada" / AID).iterdir()) == ["timestamp.txt", "toy.ipynb"]
+
+
+def test_a_linked_student_folder_is_not_written_into(course, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (course / "submitted").mkdir()
+    os.symlink(elsewhere, course / "submitted" / "ada")
+    zip_path = archive(course / "c.zip", [("lovelaceada_1001_5001_toy.ipynb", notebook("ada"))])
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 0
+    assert "skipped lovelaceada_1001_5001_toy.ipynb: submitted/ada or its toy folder is a link" in done.stdout
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_without_a_roster_or_with_an_unknown_assignment_one_line(course):
+    zip_path = archive(course / "c.zip", [("lovelaceada_1001_5001_toy.ipynb", notebook("ada"))])
+    (course / "roster.csv").unlink()
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and done.stderr.startswith("collect: no roster.csv under")
+    done = run(course, "canvas", zip_path, assignment="nope")
+    assert done.returncode == 1 and done.stderr.startswith("unknown assignment 'nope'")
