@@ -7,7 +7,7 @@ often their own id. Whatever the grader writes from them is data:
   guidance: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is
   evaluated by Excel, LibreOffice and Google Sheets (``=HYPERLINK(...)``, ``=cmd|...``), so
   such a text gets a leading ``'``; numbers (``-0.5`` included) stay numbers. Quoting and
-  embedded quotes are left to :mod:`csv` as usual.
+  embedded quotes are left to :mod:`csv` as usual. :func:`csv_text` reads such a cell back.
 * :func:`printable`: one line for the terminal, with every control character (C0, DEL, C1:
   escape sequences that move the cursor, rewrite the title or the clipboard), every
   bidirectional override (which reorders what the reader sees) and every byte of a
@@ -44,6 +44,19 @@ def csv_safe(value):
     text = str(value)
     if text.startswith(FORMULA_STARTS) and not _is_number(text):
         return "'" + text
+    return text
+
+
+def csv_text(cell):
+    """The text that :func:`csv_safe` wrote as ``cell`` (its apostrophe taken off again).
+
+    For a file that is read back and written again (``grades.csv`` keeps the rows of other
+    runs): ``csv_safe(csv_text(cell)) == cell`` for every cell ``csv_safe`` wrote, so a
+    neutralised cell does not grow another apostrophe on each rewrite.
+    """
+    text = str(cell)
+    if text.startswith("'") and text[1:].startswith(FORMULA_STARTS) and not _is_number(text[1:]):
+        return text[1:]
     return text
 
 

@@ -166,6 +166,7 @@ def cmd_export(args):
 
 def cmd_roster(args):
     from ..core.gradebook import GradebookError
+    from ..core.untrusted import printable
     from .roster import read_roster, roster_report, sync_roster
 
     path = Path(args.file) if Path(args.file).is_absolute() else Path(args.root).resolve() / args.file
@@ -177,10 +178,11 @@ def cmd_roster(args):
         if args.check:
             known_assignment(args.root, args.check)
             report = roster_report(db_url, args.check, entries)
-            print(f"on the roster, no submission of {args.check}: {', '.join(report.missing) or 'none'}")
-            print(f"submitted, not on the roster: {', '.join(report.not_on_roster) or 'none'}")
+            print(f"on the roster, no submission of {args.check}: "
+                  f"{', '.join(map(printable, report.missing)) or 'none'}")
+            print(f"submitted, not on the roster: {', '.join(map(printable, report.not_on_roster)) or 'none'}")
     except (OSError, ValueError, GradebookError) as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
 
 
 def cmd_collect(args):

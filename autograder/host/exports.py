@@ -16,7 +16,8 @@ computes it.
 Every gradebook student appears, on the roster or not; a student without a
 submission is ``missing`` (an empty cell in an LMS file, never 0). Files are
 written to a temporary file beside the target and moved over it at the end, so an
-export that fails leaves the target as it was.
+export that fails leaves the target as it was; no cell can be a spreadsheet formula
+(:func:`write_csv_atomically`).
 """
 
 import csv
@@ -28,6 +29,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..core.gradebook import open_gradebook
+from ..core.untrusted import csv_safe
 
 CSV_COLUMNS = ("student_id", "name", "email", "lms_id", "assignment", "duedate", "submitted_at",
                "late_by", "late_penalty", "score", "max_score", "needs_manual", "status")
@@ -121,6 +123,9 @@ def write_csv_atomically(path: str | Path, rows: Iterable[Iterable[str]]) -> Non
     The temporary file is moved over ``path`` (``os.replace``) only once every row
     is written and on disk; if ``rows`` raises, it is removed and ``path`` is left
     as it was. The file is readable by its owner only (mode 0600: grades are private).
+    Every cell goes through :func:`~autograder.core.untrusted.csv_safe`: a student id,
+    a name or an email that starts like a formula (``=``, ``+``, ``-``, ``@``, a tab or
+    a carriage return) is written as text, numbers stay numbers.
     """
     path = Path(path)
     if not path.parent.is_dir():
@@ -128,7 +133,9 @@ def write_csv_atomically(path: str | Path, rows: Iterable[Iterable[str]]) -> Non
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            csv.writer(f, lineterminator="\n").writerows(rows)
+            # RFC 4180's CRLF: the writer then quotes every cell holding a CR or a LF (with "\n"
+            # alone, a bare CR in a student's text went out unquoted and began a new row)
+            csv.writer(f, lineterminator="\r\n").writerows([csv_safe(cell) for cell in row] for row in rows)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)

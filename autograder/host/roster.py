@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.gradebook import open_gradebook, writing
+from ..core.untrusted import printable
 
 COLUMNS = ("student_id", "name", "email", "lms_id")
 
@@ -81,7 +82,8 @@ def read_roster(path: str | Path) -> list[RosterEntry]:
         if header.count(name) > 1:
             raise ValueError(f"{path}, row 1: column {name!r} appears {header.count(name)} times")
     if "student_id" not in header:
-        raise ValueError(f"{path}, row 1: no student_id column (found: {', '.join(header) or 'none'})")
+        raise ValueError(f"{path}, row 1: no student_id column "
+                         f"(found: {printable(', '.join(header)) or 'none'})")
     index = {name: header.index(name) for name in COLUMNS if name in header}
     entries, first_row = [], {}
     for number, row in enumerate(rows[1:], start=2):

@@ -9,6 +9,7 @@ from pathlib import Path
 from time import monotonic
 
 from ..core.results import LimitKind, Status
+from ..core.untrusted import csv_safe, csv_text, printable
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
               "submitted_at", "late_by_hours", "late_penalty", "seconds", "failed_tests", "limits",
@@ -33,7 +34,7 @@ class Progress:
         elapsed = monotonic() - self.start
         filled = self.width * self.done // self.total
         line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
-                f"{elapsed:5.0f} s  {label}")
+                f"{elapsed:5.0f} s  {printable(label)}")
         if self.tty:
             sys.stderr.write("\r" + line[:100].ljust(100))
         elif 10 * self.done // self.total != self.last_decile:
@@ -82,7 +83,9 @@ def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
     roster students in ``missing`` get a row with status ``missing``. Runs of different
     assignments may finish at once (a PostgreSQL gradebook lets them run together): the
     read-modify-write holds a lock on ``.grades.csv.lock`` beside it and replaces the file
-    whole, so neither loses the other's rows and no reader sees half a file.
+    whole, so neither loses the other's rows and no reader sees half a file. No cell can be
+    a spreadsheet formula (:func:`~autograder.core.untrusted.csv_safe`; read back with
+    ``csv_text``, so a rewrite adds no second apostrophe).
     """
     path = Path(path)
     with open(path.with_name(f".{path.name}.lock"), "a") as lock:
@@ -90,8 +93,9 @@ def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
         rows = {}
         if path.exists():
             with open(path, newline="") as f:
-                for row in csv.DictReader(f):
-                    rows[(row["assignment"], row["student"])] = {k: row.get(k, "") for k in CSV_FIELDS}
+                for row in csv.DictReader(f):  # cells as they were before csv_safe
+                    row = {k: csv_text(row.get(k) or "") for k in CSV_FIELDS}
+                    rows[(row["assignment"], row["student"])] = row
         for result in results:
             rows[(assignment, result.student)] = csv_row(assignment, result, tests, lateness)
         for student in missing:
@@ -102,8 +106,8 @@ def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
         with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
             writer.writeheader()
-            for key in sorted(rows):
-                writer.writerow(rows[key])
+            for key in sorted(rows):  # no cell a spreadsheet would evaluate
+                writer.writerow({k: csv_safe(v) for k, v in rows[key].items()})
         os.replace(tmp, path)
 
 
@@ -138,14 +142,16 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
     if skipped:
         p(f"Unchanged since last graded (skipped; --force re-grades them): {len(skipped)}")
     if roster and roster.missing:
-        p(f"On the roster, no submission (missing): {len(roster.missing)}: {', '.join(roster.missing)}")
+        p(f"On the roster, no submission (missing): {len(roster.missing)}: "
+          f"{', '.join(map(printable, roster.missing))}")
     if roster and roster.not_on_roster:
-        p(f"Submitted, not on the roster: {len(roster.not_on_roster)}: {', '.join(roster.not_on_roster)}")
+        p(f"Submitted, not on the roster: {len(roster.not_on_roster)}: "
+          f"{', '.join(map(printable, roster.not_on_roster))}")
     late = {s: v for s, v in (lateness or {}).items() if v.late_by}
     if late:
         p(f"Late ({settings.course.policy(assignment)}): {len(late)}")
         for student, v in sorted(late.items()):
-            p(f"  {student}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
+            p(f"  {printable(student)}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
     if not n:
         return
     scores = [r.score for r in results]
@@ -154,11 +160,11 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
     failures = Counter(t for r in results for t in failed_tests(r, tests))
     if tests:
         p("Tests passed:")
-        width = max(len(gid) for _, gid in tests)
+        width = max(len(printable(gid)) for _, gid in tests)
         for _, gid in tests:
-            p(f"  {gid:<{width}}  {n - failures[gid]:>4}/{n}")
+            p(f"  {printable(gid):<{width}}  {n - failures[gid]:>4}/{n}")
     slow = sorted(results, key=lambda r: -r.seconds)[:5]
-    p("Slowest: " + ", ".join(f"{r.student} {r.seconds:.1f} s" for r in slow))
+    p("Slowest: " + ", ".join(f"{printable(r.student)} {r.seconds:.1f} s" for r in slow))
     sections = [
         ("Hit a limit", lambda r: ", ".join(
             f"{e.kind} in {e.grade_id or 'cell ' + str(e.cell)}" for e in r.events
@@ -176,5 +182,5 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
         lines = [(r.student, describe(r)) for r in results if describe(r)]
         if lines:
             p(f"{title}: {len(lines)}")
-            for student, text in lines:
-                p(f"  {student}: {text}")
+            for student, text in lines:  # ids, file names, messages: the student's text
+                p(f"  {printable(student)}: {printable(text)}")
