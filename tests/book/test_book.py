@@ -322,3 +322,65 @@ def test_tables_are_markdown_tables(doc):
     assert not raw, f"{doc}: {len(raw)} raw HTML table(s) in cell outputs; glue a Markdown table"
     for table in article(doc).find_all("table"):
         assert "table" in table.get("class", []), f"{doc}: a table without the theme's class"
+
+
+# What chapter 6's Triton section explains, each with the code that shows it. Every highlighted
+# line of the kernel listings must show one of these, and each must be highlighted somewhere:
+# a change of the kernel that moves its lines under the listings' :emphasize-lines: fails here.
+TRITON_TAUGHT = {
+    "compile-time constants": "tl.constexpr",
+    "the instance's query tile": "tl.program_id(0)",
+    "the instance's batch x head row": "tl.program_id(1)",
+    "GQA as an index": "bh // GROUP",
+    "the tile's row and column numbers": "tl.arange(0, BLOCK_",
+    "pointer arithmetic of the query load": "q = tl.load(Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :]",
+    "the masks of ragged rows and padded columns": "mask=(offs_m[:, None] < T) & (offs_d",
+    "a key tile's position": "cols = start_n + offs_n",
+    "the key load and its mask": "k = tl.load(K + kv * S * D",
+    "the masked key columns": "mask=(cols[:, None] < S)",
+    "the visible scores": "visible = (cols[None, :] < S)",
+    "scores set to -inf": "tl.where(visible, s, float(\"-inf\"))",
+    "masked stores": "tl.store(",
+}
+KERNEL_LISTING = "The forward kernel, part"
+
+
+def kernel_listings():
+    """``{caption: [(line number or None, highlighted line text), ...]}`` of chapter 6's kernel listings."""
+    listings = {}
+    for block in article("chapters/06-flash-attention").select("div.literal-block-wrapper"):
+        caption = block.select_one(".caption-text")
+        if caption is None or KERNEL_LISTING not in caption.get_text():
+            continue
+        lines = []
+        for span in block.select("span.hll"):
+            number = span.select_one(".linenos")
+            text = span.get_text()
+            if number is not None:
+                text = text.replace(number.get_text(), "", 1)
+            lines.append((int(number.get_text()) if number is not None else None, text.strip()))
+        listings[caption.get_text()] = lines
+    return listings
+
+
+def test_triton_listings_highlight_the_lines_the_prose_explains():
+    listings = kernel_listings()
+    assert len(listings) == 3, f"chapter 6 should show the forward kernel in three parts: {list(listings)}"
+    highlighted = [text for lines in listings.values() for _, text in lines]
+    stray = [text for text in highlighted if not any(code in text for code in TRITON_TAUGHT.values())]
+    assert not stray, f"highlighted kernel lines that the prose does not explain: {stray}"
+    missing = [topic for topic, code in TRITON_TAUGHT.items() if not any(code in text for text in highlighted)]
+    assert not missing, f"the prose explains these, but no kernel line showing them is highlighted: {missing}"
+
+
+def test_triton_prose_cites_highlighted_line_numbers():
+    """The bullets under part 1 name its lines ("(lines 19-21)"); each named line is highlighted."""
+    numbered = [lines for lines in kernel_listings().values() if lines and lines[0][0] is not None]
+    assert len(numbered) == 1, "part 1 of the kernel listing should show line numbers"
+    shown = {number for number, _ in numbered[0]}
+    text = article("chapters/06-flash-attention").get_text(" ")
+    cited = set()
+    for first, last in re.findall(r"\(lines? (\d+)(?:-(\d+))?\)", text):
+        cited.update(range(int(first), int(last or first) + 1))
+    assert cited, "the Triton section cites no line numbers"
+    assert cited <= shown, f"lines cited by the prose but not highlighted: {sorted(cited - shown)}"
