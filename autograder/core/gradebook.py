@@ -246,13 +246,34 @@ def read_scores(db_url, assignment, student):
             for nb in sub.notebooks]
 
 
+def forget_submission(db_url, assignment, student):
+    """Remove ``student``'s submission of ``assignment`` (its grades and comments), if any.
+
+    A worker's scratch gradebook grades every submission under one internal id: the
+    previous student's submission must be gone before the next one is graded, or nbgrader
+    would carry its metadata over (its submission time, to a submission without
+    ``timestamp.txt``, wiping out a late penalty).
+    """
+    from nbgrader.api import MissingEntry
+
+    with open_gradebook(db_url) as gb:
+        try:
+            gb.remove_submission(assignment, student)
+        except MissingEntry:
+            pass
+
+
 def record(db_url, assignment, result):
     """Copy ``result`` into the class gradebook; return ``(score, max_score, needs_manual)``.
 
     Autograded scores are replaced (a re-grade is idempotent: no duplicate rows);
     manual scores stay, and a cell that has one is marked for manual review again
-    (nbgrader's own rule after an autograde). A submission that could not be
-    graded (status other than ``ok``) scores 0 in every cell.
+    (nbgrader's own rule after an autograde). A missing or unreadable submission
+    scores 0 in every cell. A submission whose grading failed (status ``error``: the
+    host's fault or the grader's, never the student's) changes nothing: the earlier
+    grade, if any, stays, and no zeros are recorded; its figures are returned.
+    A gradebook that cannot be written (a full disk, a read-only file) raises
+    :class:`GradebookError` with one line; nothing of the result is recorded then.
 
     One client records a whole class, so this is its hot path: the submission comes
     with its notebooks, grades, comments and their cells in four queries
@@ -260,21 +281,37 @@ def record(db_url, assignment, result):
     transaction as its scores (on SQLite one commit in all, not nbgrader's three); and
     only the student row is written under the gradebook's write lock (:func:`_student_row`).
     """
+    import sqlalchemy.exc
+
+    if result.status == Status.ERROR:
+        with open_gradebook(db_url) as gb:
+            sub = _submission(gb, assignment, result.student)
+            return (sub.score, sub.max_score, bool(sub.needs_manual_grade)) if sub else (0.0, 0.0, False)
+    try:
+        return _record(db_url, assignment, result)
+    except sqlalchemy.exc.SQLAlchemyError as error:
+        reason = str(getattr(error, "orig", None) or type(error).__name__).splitlines()[0]
+        raise GradebookError(f"cannot write the gradebook ({reason}): nothing of "
+                             f"{result.student} was recorded") from None
+
+
+def _record(db_url, assignment, result):
+    """:func:`record` of a graded (or missing, or unreadable) submission."""
     from nbgrader import utils
 
     with open_gradebook(db_url) as gb:
         _student_row(gb, db_url, result.student)
         sub = (_submission(gb, assignment, result.student)
                or _add_submission(gb, assignment, result.student))
-        if result.timestamp:
-            sub.timestamp = utils.parse_utc(result.timestamp)
+        # this submission's own time (None without one), never an earlier one's
+        sub.timestamp = utils.parse_utc(result.timestamp) if result.timestamp else None
         graded = {nb.name: nb for nb in result.notebooks}
         for notebook in sub.notebooks:
             data = graded.get(notebook.notebook.name)
             scores = {g.name: g.auto_score for g in data.grades} if data else {}
             if data:
                 notebook.late_submission_penalty = data.late_penalty
-            for grade in notebook.grades:
+            for grade in notebook.grades:  # missing, unreadable: 0 everywhere
                 auto = 0.0 if result.status != Status.OK else scores.get(grade.cell.name, 0.0)
                 grade.auto_score = auto
                 grade.needs_manual_grade = grade.manual_score is not None or auto is None

@@ -63,6 +63,14 @@ class LimitEvent:
     detail: str
 
 
+@dataclass(frozen=True)
+class WorkerStart:
+    """A local grading worker's first word: ``fault`` is empty once its preflight kernel
+    answered, else why no kernel could start (the grading host's fault)."""
+
+    fault: str = ""
+
+
 @dataclass
 class StudentResult:
     """Everything about one graded submission (the driver fills the last four fields)."""
@@ -83,6 +91,8 @@ class StudentResult:
     files: dict[str, bytes] = field(default_factory=dict)  # path under the course root -> bytes
     seconds: float = 0.0
     log: str = ""                    # the worker's log lines for this student, kept on failure
+    host_fault: bool = False         # status ERROR because of the grading host (no kernel could
+                                     # start): never the student's grade; the earlier one is kept
     # filled by the driver from the class gradebook
     score: float = 0.0
     max_score: float = 0.0
