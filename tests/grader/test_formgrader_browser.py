@@ -1,0 +1,317 @@
+"""In real Chromium: nothing a submission contains runs or loads, in feedback pages or the formgrader.
+
+One grading run (sandboxed, the toy course) grades an honest notebook and three hostile
+ones that hold the payload family of :mod:`tests.grader.hostile_pages`: markdown, raw HTML
+cells, outputs of every MIME type made by code in the sandbox, an SVG attachment, cell
+tags and widget state. Each payload that works sets its own marker: ``window.pwnedI``, the
+title ``1000 + I`` and a request to a recording HTTP server on 127.0.0.1. Headless
+Chromium (``/usr/bin/chromium``) then opens
+
+* each feedback page the run wrote (``file://``, as a student opens it), and the pages of
+  stock ``nbgrader generate_feedback`` run with the course's ``nbgrader_config.py``;
+* each submission in a live formgrader: ``jupyter server`` with nbgrader's extension,
+  started from the course root (the repository's ``nbgrader_config.py`` copied there) on
+  127.0.0.1 with a token.
+
+Every page gets synthetic ``mouseover``, ``focus``, ``toggle``, ``load`` and ``error``
+events on every element, in every frame. The test passes only if no marker is ever set, the
+recorder gets no request, nothing is fetched from outside the page's own origin (the
+formgrader's own MathJax from its CDN is the one exception, and it is blocked), the
+formgrader page never calls the Jupyter contents API, and the honest notebook's PNG and
+(in the feedback page, offline) its math show. A control renders the same notebooks with
+nbconvert as shipped and shows the markers fire there.
+"""
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import nbformat
+import pytest
+
+from autograder.core.limits import Limits
+from autograder.host.driver import grade
+from autograder.host.release import generate
+from autograder.sandbox.launcher import unavailable_reason
+from tests.grader import hostile_pages as hostile
+
+REPO = Path(__file__).resolve().parents[2]
+TOY = REPO / "tests" / "fixtures" / "course" / "solutions" / "toy"
+CHROMIUM = Path("/usr/bin/chromium")
+FORMGRADER_MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"  # nbgrader's own page asset
+SANDBOX_MISSING = unavailable_reason()
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser,
+              pytest.mark.skipif(SANDBOX_MISSING is not None, reason=str(SANDBOX_MISSING)),
+              pytest.mark.skipif(not CHROMIUM.is_file(), reason="Chromium not found at /usr/bin/chromium: "
+                                 "run `apt-get install chromium`")]
+sync_api = pytest.importorskip("playwright.sync_api")
+STUDENTS = ("honest", "markdown", "outputs", "cells")
+
+# every inline handler a payload might have planted, fired on every element of every frame
+POKE = """() => {
+  for (const el of document.querySelectorAll('*'))
+    for (const type of ['mouseover', 'focus', 'toggle', 'load', 'error'])
+      try { el.dispatchEvent(new Event(type)); } catch (e) {}
+}"""
+MARKERS = """() => ({
+  globals: Object.keys(window).filter(k => /^pwned\\d+$/.test(k)),
+  title: document.title,
+  jsLinks: [...document.querySelectorAll('a[href], area[href]')].map(a => a.getAttribute('href'))
+           .filter(h => /^\\s*(javascript|vbscript|data):/i.test(h)),
+})"""
+
+
+class Recorder(ThreadingHTTPServer):
+    """An HTTP server on 127.0.0.1 that records every request a payload makes."""
+
+    def __init__(self):
+        self.hits = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                recorder.hits.append(self.path)
+                self.send_response(204)
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.end_headers()
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/hit"
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    server = Recorder()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def course(recorder, tmp_path_factory):
+    """The toy course graded once: an honest student and three hostile ones."""
+    root = tmp_path_factory.mktemp("hostile-course")
+    shutil.copytree(TOY, root / "solutions" / "toy")
+    shutil.copy(REPO / "nbgrader_config.py", root / "nbgrader_config.py")  # the course's own config
+    source = nbformat.read(TOY / "toy.ipynb", as_version=4)
+    release = nbformat.read(generate("toy", root, release_dir=root / "release-check") / "toy.ipynb", as_version=4)
+    notebooks = {"honest": hostile.honest(source, release),
+                 "markdown": hostile.hostile_markdown(source, release, recorder.url),
+                 "outputs": hostile.hostile_outputs(source, release, recorder.url),
+                 "cells": hostile.hostile_cells(source, release, recorder.url)}
+    for student, nb in notebooks.items():
+        (root / "submitted" / student / "toy").mkdir(parents=True)
+        nbformat.write(nb, root / "submitted" / student / "toy" / "toy.ipynb")
+    results = grade("toy", root, progress=False, out=io.StringIO(), jobs=2,
+                    limits=Limits(cell_timeout=20, notebook_timeout=120))
+    assert {r.student: r.status for r in results} == dict.fromkeys(STUDENTS, "ok"), \
+        [(r.student, r.error) for r in results]
+    assert recorder.hits == [], f"a payload ran in the sandbox or the grader: {recorder.hits}"
+    return root, notebooks
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from tests.book.test_site_browser import CHROMIUM_FLAGS
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+def visit(browser, url, recorder, allowed_offsite=(), settle_ms=1500):
+    """Open ``url``, poke every element, and return what happened: markers, requests, the page."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    home = urlsplit(url)
+    offsite, same_origin = [], []
+
+    def guard(route):
+        target = urlsplit(route.request.url)
+        if target.scheme == "data" or (target.scheme, target.netloc) == (home.scheme, home.netloc):
+            same_origin.append(route.request.url)
+            return route.continue_()
+        offsite.append(route.request.url)
+        if route.request.url.startswith(recorder.url):  # let the recorder see it too
+            return route.continue_()
+        return route.abort()
+
+    context.route("**/*", guard)
+    titles = []
+    page.on("framenavigated", lambda frame: titles.append(frame.url))
+    page.goto(url, wait_until="load")
+    page.wait_for_timeout(settle_ms)
+    found = []
+    for frame in page.frames:
+        try:
+            frame.evaluate(POKE)
+        except sync_api.Error:  # a frame the page cannot script (another origin): nothing to poke
+            pass
+    page.wait_for_timeout(500)
+    for frame in page.frames:
+        try:
+            found.append(frame.evaluate(MARKERS))
+        except sync_api.Error:
+            pass
+    outcome = dict(markers=found, offsite=[u for u in offsite if not u.startswith(tuple(allowed_offsite))],
+                   same_origin=same_origin, navigated=titles, page=page, context=context)
+    return outcome
+
+
+def assert_inert(outcome, recorder, who):
+    for found in outcome["markers"]:
+        assert found["globals"] == [], (who, found)
+        assert not (found["title"].isdigit() and 1000 <= int(found["title"]) < 1100), (who, found["title"])
+        assert found["jsLinks"] == [], (who, found["jsLinks"])
+    assert outcome["offsite"] == [], (who, outcome["offsite"])
+    assert recorder.hits == [], (who, recorder.hits)
+
+
+def feedback_pages(folder):
+    return {student: folder / student / "toy" / "toy.html" for student in STUDENTS}
+
+
+def test_feedback_pages_are_inert_and_honest_work_shows(course, browser, recorder):
+    root, _ = course
+    for student, page_path in feedback_pages(root / "feedback").items():
+        outcome = visit(browser, page_path.as_uri(), recorder)
+        try:
+            assert_inert(outcome, recorder, student)
+            # nothing but the page itself and MathJax's script and fonts beside it
+            mathjax = (root / "feedback" / "_mathjax").as_posix() + "/"
+            assert all(u.startswith("data:") or urlsplit(u).path == page_path.as_posix()
+                       or urlsplit(u).path.startswith(mathjax) for u in outcome["same_origin"]), \
+                outcome["same_origin"]
+            if student == "honest":
+                page = outcome["page"]
+                page.wait_for_function("document.querySelectorAll('mjx-container').length >= 3", timeout=30_000)
+                sizes = page.evaluate("[...document.images].filter(i => i.src.startsWith('data:image/png'))"
+                                      ".map(i => [i.naturalWidth, i.naturalHeight])")
+                assert [24, 16] in sizes, sizes
+                text = page.evaluate("document.body.innerText")
+                assert "\\sigma" not in text and "\\sum" not in text, "math left as raw TeX"
+        finally:
+            outcome["context"].close()
+
+
+def test_stock_nbgrader_generate_feedback_is_sanitized_too(course, browser, recorder):
+    """``nbgrader generate_feedback`` with the course's nbgrader_config.py: no CSP, still inert."""
+    root, _ = course
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([str(Path(sys.executable).with_name("nbgrader")), "generate_feedback", "toy",
+                           "--force", "--CourseDirectory.feedback_directory=stock_feedback"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    pages = feedback_pages(root / "stock_feedback")
+    template_own = set(hostile.active_content(pages["honest"].read_text(), allowed=(FORMGRADER_MATHJAX,)))
+    for student, page_path in pages.items():
+        html = page_path.read_text()
+        assert "Content-Security-Policy" not in html  # stock pages are not ours: the sanitizer alone
+        assert set(hostile.active_content(html, allowed=(FORMGRADER_MATHJAX,))) <= template_own, student
+        if student != "honest":
+            outcome = visit(browser, page_path.as_uri(), recorder, allowed_offsite=(FORMGRADER_MATHJAX,))
+            try:
+                assert_inert(outcome, recorder, f"stock {student}")
+            finally:
+                outcome["context"].close()
+
+
+@pytest.fixture(scope="module")
+def formgrader(course, tmp_path_factory):
+    """``jupyter server`` with nbgrader's formgrader, started from the course root on 127.0.0.1."""
+    root, _ = course
+    folder = tmp_path_factory.mktemp("formgrader")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "formgrader-test-token"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(PYTHONPATH=str(REPO), JUPYTER_CONFIG_DIR=str(folder / "config"),
+               JUPYTER_DATA_DIR=str(folder / "data"), JUPYTER_RUNTIME_DIR=str(folder / "runtime"))
+    log = open(folder / "server.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", *(["--allow-root"] if os.geteuid() == 0 else [])],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/formgrader/api/submitted_notebooks/toy/toy?token={token}",
+                                            timeout=10) as response:
+                    submissions = {s["student"]: s["id"] for s in json.load(response)}
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, \
+                    (folder / "server.log").read_text()[-3000:]
+                time.sleep(0.5)
+        yield base, token, submissions
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def test_formgrader_submission_views_are_inert(formgrader, browser, recorder):
+    base, token, submissions = formgrader
+    assert sorted(submissions) == sorted(STUDENTS)
+    for student in STUDENTS:
+        url = f"{base}/formgrader/submissions/{submissions[student]}/?token={token}"
+        outcome = visit(browser, url, recorder, allowed_offsite=(FORMGRADER_MATHJAX,))
+        try:
+            assert_inert(outcome, recorder, f"formgrader {student}")
+            assert not [u for u in outcome["same_origin"] if "/api/contents" in u], outcome["same_origin"]
+            page = outcome["page"]
+            assert page.locator("div#notebook-container .cell").count() >= 10  # the notebook is there
+            if student == "honest":
+                sizes = page.evaluate("[...document.images].filter(i => i.src.startsWith('data:image/png'))"
+                                      ".map(i => [i.naturalWidth, i.naturalHeight])")
+                assert [24, 16] in sizes, sizes
+                assert "\\sigma(x)_i" in page.evaluate("document.body.innerText")  # math is there, as text
+        finally:
+            outcome["context"].close()
+
+
+def test_control_nbconvert_as_shipped_runs_the_payloads(course, browser, recorder, tmp_path):
+    """Without the course's settings the same notebooks are live: the markers can be seen."""
+    from nbconvert.exporters import HTMLExporter
+
+    root, notebooks = course
+    graded = nbformat.read(root / "autograded" / "outputs" / "toy" / "toy.ipynb", as_version=4)
+    seen = {}
+    for who, nb in (("markdown", notebooks["markdown"]), ("outputs", graded)):
+        page_path = tmp_path / f"{who}.html"
+        page_path.write_text(HTMLExporter(template_name="classic").from_notebook_node(nb)[0])
+        outcome = visit(browser, page_path.as_uri(), recorder)
+        seen[who] = [g for found in outcome["markers"] for g in found["globals"]]
+        outcome["context"].close()
+    assert seen["markdown"] and seen["outputs"], seen
+    assert recorder.hits, "the recorder saw no payload request"
+    recorder.hits.clear()
