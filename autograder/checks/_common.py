@@ -98,9 +98,11 @@ def accepts(fn, *args, **kwargs):
 def measure(fn, *args, what):
     """``(output, peak extra bytes)`` of one call of the student's ``fn``.
 
-    A remote function is measured from outside a fresh sandboxed kernel (its
-    cgroup's memory peak: NumPy, torch and files alike). A local function (the
-    test suite's) is measured with ``tracemalloc``.
+    A remote function is measured from outside a fresh sandboxed kernel (the peak of
+    its cgroup's memory from before any student code ran until the output was encoded:
+    NumPy, torch, threads, child processes and files alike); a grading host that cannot
+    measure that raises its own error, which fails the test as the host's fault. A local
+    function (the test suite's) is measured with ``tracemalloc``.
     """
     if hasattr(fn, "measure"):
         try:
@@ -110,6 +112,8 @@ def measure(fn, *args, what):
         except NotImplementedError:
             fail(f"{what} is not implemented yet (it raised NotImplementedError).")
         except Exception as err:  # noqa: BLE001
+            if getattr(err, "host_fault", False):  # the grading host cannot measure: its verdict
+                raise
             fail(f"{what} raised {type(err).__name__}: {err}")
     import tracemalloc
 

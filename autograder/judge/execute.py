@@ -42,7 +42,7 @@ from traitlets import Bool, Float, Integer
 from ..core.cells import grade_id, is_setup_cell, is_solution, is_test_cell, visible_source
 from ..core.limits import Limits
 from ..core.results import LimitKind
-from ..sandbox.cgroups import MemoryMeter
+from ..sandbox.cgroups import MemoryMeter, MeterUnavailable
 from . import verdict as judge
 from .kernel_manager import SandboxedKernelManager
 
@@ -55,6 +55,12 @@ def events(nb):
     return list(nb.metadata.get(EVENTS_KEY, {}).get("events", []))
 
 PROBE_SECONDS = 2.0  # how long an interrupted kernel may take to answer again
+
+
+def flags(nb):
+    """The flags the judge raised while calling the student's code (``calls-sdpa``,
+    ``probe-tampered``), sorted; the cells of each are in the notebook's metadata."""
+    return sorted(nb.metadata.get(EVENTS_KEY, {}).get("flags", {}))
 
 
 def error_output(ename, evalue):
@@ -127,6 +133,7 @@ class LimitedExecute(Execute):
         self._namespace = judge.RemoteNamespace(self._channel)
         self._index = 0
         done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
+        self._lost = None  # "died" or "timeout": what the student's kernel did while judged
         alive = self._start()
         try:
             for index, cell in enumerate(self.nb.cells):
@@ -204,8 +211,18 @@ class LimitedExecute(Execute):
             left = min(self.timeout - (monotonic() - start), self._deadline - monotonic())
             self._channel.deadline = monotonic() + max(left, 0.0)
             self._channel.installed = False
+            self._channel.flags.clear()
+            self._lost = None
             failure = judge.judge_cell(cell, self._namespace)
-            if isinstance(failure, judge.JudgeError) and not self._responsive(interrupt=True):
+            self._flag(cell, self._channel.flags)
+            # a check may turn the judge's error into its own verdict: what happened to the
+            # kernel while it was judged (_lost) decides, so the next cells get a live kernel
+            if self._lost == "died":
+                self._event(cell, index, LimitKind.CRASH,
+                            "the kernel died while the grader called your code; restarted")
+                alive = self._restart(done)
+            elif (self._lost or isinstance(failure, judge.JudgeError)) \
+                    and not self._responsive(interrupt=True):
                 self._event(cell, index, LimitKind.HANG, f"while judged: {failure}; restarted")
                 alive = self._restart(done)
         cell.outputs = kernel_outputs + ([judge.verdict_output(failure)] if failure else [])
@@ -254,56 +271,55 @@ class LimitedExecute(Execute):
                 msg = await ensure_async(kc.shell_channel.get_msg(timeout=min(remaining, 0.5)))
             except Empty:
                 if not await ensure_async(km.is_alive()):
+                    if kc is self.kc:
+                        self._lost = "died"  # the student's own kernel: restart it after this cell
                     raise judge.JudgeError("your notebook's kernel died (a crash or the memory cap)")
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
+        if kc is self.kc:
+            self._lost = "timeout"
         raise judge.JudgeError(f"your code did not finish in the {timeout:.0f} s this test had "
                                f"left of its cell's time limit ({self.timeout:g} s per cell)")
 
     _wait_reply = run_sync(_async_wait_reply)
 
     def measure_call(self, name, args, kwargs, timeout):
-        """``(output, peak extra bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
+        """``(output, peak bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
 
-        The fresh kernel runs the set-up cells, then the student's solution cells that
-        ran in the student's kernel so far, then the call, each step read from outside
-        (:class:`autograder.sandbox.cgroups.MemoryMeter`: the kernel's cgroup, or its process
-        where a cgroup's peak cannot be reset): the figure is what the solution cells
-        kept (a workspace allocated in advance counts) plus the memory peak during the
-        call above the reading just before it (the inputs, already decoded, do not
-        count). NumPy, torch, a file in /tmp: everything the kernel holds is counted.
+        The fresh kernel runs the set-up cells that ran (trusted code) and takes the
+        inputs (decoded and kept by the probe); only then does the window open
+        (:class:`autograder.sandbox.cgroups.MemoryMeter`, read from outside the sandbox),
+        before any of the student's code has run in this kernel. Inside it: the student's
+        solution cells that ran in their kernel, the call, and the encoding of its output
+        to the bytes of the reply. The figure is the peak of everything the kernel was
+        charged for inside the window: a workspace allocated in advance, memory freed
+        inside the call to make room, threads, child processes, files in ``/tmp`` and
+        memory-mapped files, work deferred until the output is encoded. A host whose
+        cgroups cannot measure that fails the check with a :class:`judge.HostError`.
         """
         deadline = monotonic() + timeout
         km, kc = self._fresh_kernel()
+        meter, channel = MemoryMeter(km.cgroup), judge.Channel(self, deadline, kc)
         try:
             # the cells that ran in the student's kernel (a cell that crashed it is not replayed)
             ran = [self.nb.cells[i] for i in self._done]
             for cell in (c for c in ran if is_setup_cell(c)):
                 self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
-            meter = MemoryMeter(km.cgroup)
-            base = self._memory(meter)
+            channel.request(op="stage", args=list(args), kwargs=kwargs)
+            meter.start()
             for cell in (c for c in ran if is_solution(c)):
                 self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
-            kept = self._memory(meter) - base
-            channel = judge.Channel(self, deadline, kc)
-            channel.request(op="stage", name=name, args=list(args), kwargs=kwargs)
-            if not meter.start():
-                raise judge.JudgeError("memory cannot be measured on this grading host")
-            before = self._memory(meter)
-            channel.request(op="call_staged")
-            peak = meter.peak()
+            channel.request(op="call_staged", name=name)
             out = channel.request(op="fetch")["value"]
+            peak = meter.peak()
+        except MeterUnavailable as error:
+            raise judge.HostError(f"memory cannot be measured on this grading host: {error}") from None
         finally:
+            meter.close()
+            self._channel.flags.update(channel.flags)
             run_sync(km.shutdown_kernel)(now=True)
-        return out, max(0, kept) + max(0, peak - before)
-
-    def _memory(self, meter):
-        reading = meter.usage() if meter.name else None
-        if reading is None:
-            raise judge.JudgeError("memory cannot be measured on this grading host "
-                                   "(grade as root, with cgroups)")
-        return reading
+        return out, peak
 
     def _launch(self):
         """A kernel manager whose kernel process has been launched (not yet waited for)."""
@@ -354,6 +370,14 @@ class LimitedExecute(Execute):
     def _fail(self, cell, index, kind, ename, evalue):
         cell.outputs.append(error_output(ename, evalue))
         self._event(cell, index, kind, evalue)
+
+    def _flag(self, cell, names):
+        """Record ``names`` (flags of the judged calls of ``cell``) in the notebook's metadata."""
+        record = self.nb.metadata.setdefault(EVENTS_KEY, {}).setdefault("flags", {})
+        for name in sorted(names):
+            cells = record.setdefault(name, [])
+            if grade_id(cell) not in cells:
+                cells.append(grade_id(cell))
 
     def _event(self, cell, index, kind, detail):
         record = self.nb.metadata.setdefault(EVENTS_KEY, {}).setdefault("events", [])

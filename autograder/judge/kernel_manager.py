@@ -28,7 +28,7 @@ from traitlets import Bool, Unicode
 
 from ..core.limits import Limits
 from ..sandbox import cgroups
-from ..sandbox.launcher import BOOT, NOBODY
+from ..sandbox.launcher import BOOT, NOBODY, kernel_argv
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -47,8 +47,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments=None):
         extra = list(extra_arguments or [])
         if not self.sandboxed:
-            return [sys.executable, "-P", "-X", "frozen_modules=off", "-m", "ipykernel_launcher",
-                    "-f", self.connection_file, *extra]
+            return kernel_argv(["-f", self.connection_file, *extra])  # the boot code, unsandboxed
         return [sys.executable, "-I", "-c", BOOT, "-f", self.connection_file, *extra]
 
     async def _async_pre_start_kernel(self, **kw):

@@ -19,8 +19,10 @@ each graded test cell the executor (:class:`autograder.judge.execute.LimitedExec
 
 So visible and hidden points alike are decided here, with NumPy, torch and
 ``transformer_ref`` that the student cannot touch. A memory test measures a
-fresh sandboxed kernel from outside (its cgroup's memory peak), see
-:meth:`RemoteFunction.measure`.
+fresh sandboxed kernel from outside (its cgroup's memory peak over a window that
+opens before any student code runs there), see :meth:`RemoteFunction.measure`.
+Each reply to a call also says whether PyTorch's SDPA ran during it; the channel
+keeps that as flags of the cell (:func:`sdpa_flags`), which never change a score.
 """
 
 import builtins
@@ -45,6 +47,13 @@ INSTALL_PROBE = (
 # -- errors the judge reports ---------------------------------------------------------------
 class JudgeError(Exception):
     """The kernel could not answer (timeout, crash, broken probe): the cell scores 0."""
+
+
+class HostError(JudgeError):
+    """The grading host cannot judge this test (e.g. it cannot measure memory): the host's
+    fault, said so in the verdict; never a pass."""
+
+    host_fault = True  # the checks let it through as it is (they cannot import the judge)
 
 
 class StudentError(Exception):
@@ -77,6 +86,7 @@ class Channel:
     def __init__(self, executor, deadline, kc=None):
         self.executor, self.deadline, self.kc = executor, deadline, kc  # kc None: the main kernel
         self.installed = False
+        self.flags = set()  # what the judged calls did, as the probe's replies show it
 
     def remaining(self):
         left = self.deadline - time.monotonic()
@@ -93,9 +103,11 @@ class Channel:
         self.install()
         expression = f"__grader__.handle({probe.encode(payload)!r})"
         data = self.executor.evaluate(expression, self.remaining(), self.kc)
-        reply = probe.decode(data, self.torch_module())
+        reply = probe.decode(data, _import_torch)
         if not isinstance(reply, dict):
             raise JudgeError("your notebook's kernel answered the grader with nonsense")
+        if payload["op"] in ("call", "fetch") or (payload["op"] == "call_staged" and "error" in reply):
+            self.flags.update(sdpa_flags(reply.get("sdpa")))
         if "error" in reply:
             raise student_exception(reply["error"])
         return reply
@@ -104,6 +116,27 @@ class Channel:
         import sys
 
         return sys.modules.get("torch")
+
+
+def sdpa_flags(record):
+    """Flags from a call's ``sdpa`` record (``[calls of SDPA during it, hooks intact]``,
+    see :mod:`autograder.kernel.boot`): ``calls-sdpa`` when SDPA ran, ``probe-tampered``
+    when the record is missing or malformed or the hooks were removed."""
+    if (not isinstance(record, list) or len(record) != 2 or not isinstance(record[0], int)
+            or isinstance(record[0], bool) or not isinstance(record[1], bool)):
+        return {"probe-tampered"}
+    return {name for name, raised in (("calls-sdpa", record[0] > 0),
+                                      ("probe-tampered", record[0] < 0 or not record[1])) if raised}
+
+
+def _import_torch():
+    """torch, imported when a reply holds a tensor: a tensor always arrives as a tensor,
+    whatever this worker graded before (None where torch is not installed)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 class RemoteFunction:

@@ -11,7 +11,16 @@ IPython ``user_expressions``, to
 * ``vjp(handle, grads)``: back-propagate ``grads`` through the torch output of an
   earlier call, and return the gradients of its inputs;
 * ``stage``, ``call_staged``, ``fetch``: the three steps of a call whose memory
-  the worker measures from outside (inputs decoded first, output encoded after).
+  the worker measures from outside: the inputs are decoded and kept before any of the
+  student's code has run in that kernel (``stage``, outside the window), then the
+  function is looked up and called and its output turned into the reply's encodable
+  form at once (``call_staged``: a lazy ``__array__``, a generator or a property does
+  its work here), and ``fetch`` encodes it; the worker reads the peak after ``fetch``.
+
+Every reply to a call also carries ``sdpa``: how many times PyTorch's
+``scaled_dot_product_attention`` ran during it, and whether the hooks that count it
+are still in place, as the kernel's boot code (:mod:`autograder.kernel.boot`) answers
+an audit event (None when nothing answered: the student removed or replaced it).
 
 Nothing here decides a score, and no expected value ever reaches the kernel: the
 probe only carries inputs in and outputs out. A student may replace or break the
@@ -100,7 +109,9 @@ def _from_jsonable(obj, torch=None, depth=0):
             raise ProbeError(f"array of dtype {arr.dtype}")
         if tag == "ndarray":
             return arr
-        if torch is None:  # the judge's side without torch: compare as NumPy
+        if callable(torch):  # the judge's side: torch is imported when a tensor arrives
+            torch = torch()
+        if torch is None:  # no torch here: compare as NumPy
             return arr
         tensor = torch.from_numpy(arr.copy())
         dtype = getattr(torch, str(obj.get("dtype", "")), None)
@@ -126,12 +137,20 @@ def _torch_if_loaded():
 
 def encode(obj):
     """``obj`` (arrays, tensors, numbers, strings, lists, tuples, dicts) as base64 JSON text."""
-    text = json.dumps(_to_jsonable(obj), separators=(",", ":"))
+    return _text(_to_jsonable(obj))
+
+
+def _text(jsonable):
+    text = json.dumps(jsonable, separators=(",", ":"))
     return base64.b64encode(text.encode()).decode("ascii")
 
 
 def decode(text, torch=None):
-    """The value :func:`encode` produced; raises :class:`ProbeError` on anything else."""
+    """The value :func:`encode` produced; raises :class:`ProbeError` on anything else.
+
+    ``torch``: the module tensors are rebuilt with, or a function that returns it (called
+    only if a tensor arrives), or None (tensors arrive as NumPy arrays).
+    """
     if not isinstance(text, str) or len(text) > MAX_TEXT:
         raise ProbeError("message missing or too large")
     try:
@@ -152,6 +171,31 @@ def _user_ns():
 
 def _error(error):
     return {"error": {"type": type(error).__name__, "message": str(error)[:2000]}}
+
+
+SDPA_EVENT = "autograder.sdpa"  # the audit event that the kernel's boot code answers
+
+
+def _sdpa_count():
+    """``[calls so far, hooks intact]`` from the boot code, or None if nothing answered."""
+    import sys
+
+    box = []
+    try:
+        sys.audit(SDPA_EVENT, box)
+    except Exception:  # noqa: BLE001 - a replaced sys.audit: reported as no answer
+        return None
+    if len(box) != 1 or not isinstance(box[0], tuple) or len(box[0]) != 2:
+        return None
+    calls, intact = box[0]
+    return [int(calls), bool(intact)] if isinstance(calls, int) else None
+
+
+def _sdpa_during(before):
+    after = _sdpa_count()
+    if before is None or after is None:
+        return None
+    return [after[0] - before[0], before[1] and after[1]]
 
 
 def handle(request_text):
@@ -175,15 +219,16 @@ def handle(request_text):
                 for i in request["grad"]:
                     args[i] = args[i].detach().requires_grad_(True)
                     grad_inputs.append(args[i])
+            sdpa = _sdpa_count()
             start = time.perf_counter()
             try:
                 out = fn(*args, **kwargs)
             except BaseException as error:  # noqa: BLE001 - reported to the judge
                 if isinstance(error, KeyboardInterrupt):
                     raise
-                return encode(_error(error))
+                return encode({**_error(error), "sdpa": _sdpa_during(sdpa)})
             seconds = time.perf_counter() - start
-            reply = {"value": out, "seconds": seconds}
+            reply = {"value": out, "seconds": seconds, "sdpa": _sdpa_during(sdpa)}
             if request.get("return_args"):
                 reply["args"] = list(args)
             if grad_inputs:
@@ -192,20 +237,23 @@ def handle(request_text):
                 reply["handle"] = handle_id
                 reply["requires_grad"] = bool(getattr(out, "requires_grad", False))
             return encode(reply)
-        if op == "stage":  # keep the inputs of a measured call, decoded, before measuring
-            _KEPT["staged"] = (ns[request["name"]], request["args"], request["kwargs"])
+        if op == "stage":  # the inputs of a measured call, decoded before any student code
+            _KEPT["staged"] = (request["args"], request["kwargs"])
             return encode({"staged": True})
-        if op == "call_staged":
-            fn, args, kwargs = _KEPT.pop("staged")
+        if op == "call_staged":  # inside the measured window, the output's encoding included
+            args, kwargs = _KEPT.pop("staged")
+            fn = ns[request["name"]]
+            sdpa = _sdpa_count()
             try:
-                _KEPT["out"] = fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                _KEPT["out"] = _to_jsonable({"value": out, "sdpa": _sdpa_during(sdpa)})
             except BaseException as error:  # noqa: BLE001
                 if isinstance(error, KeyboardInterrupt):
                     raise
-                return encode(_error(error))
+                return encode({**_error(error), "sdpa": _sdpa_during(sdpa)})
             return encode({"done": True})
         if op == "fetch":
-            return encode({"value": _KEPT.pop("out")})
+            return _text(_KEPT.pop("out"))
         if op == "vjp":
             out, inputs = _KEPT.pop(request["handle"])
             grads = torch.autograd.grad(out, inputs, request["grad_output"], allow_unused=True)

@@ -14,6 +14,7 @@ import time
 CGROUP = "/sys/fs/cgroup"
 GROUP = "autograder"  # every kernel's cgroup lives under <controller>/autograder/
 RUN_ENV = "AUTOGRADER_RUN"  # a grading run's id, in the names of its kernels' cgroups
+WINDOW = "window"  # v1: the memory cgroup inside a kernel's that charges one measured window
 
 
 def kernel_group(pid, run=None):
@@ -98,8 +99,8 @@ def _tasks(path):
 def kill_cgroup(name, timeout=5.0):
     """SIGKILL every process of cgroup ``name`` and remove it (no-op if it does not exist)."""
     deadline = time.monotonic() + timeout
-    for path in _group_dirs(name):
-        while os.path.isdir(path):
+    for path in [g for d in _group_dirs(name) for g in (os.path.join(d, WINDOW), d)]:
+        while os.path.isdir(path):  # the measured window first: its parent cannot go before it
             for pid in _tasks(path):
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -131,11 +132,13 @@ def sweep_cgroups(min_age=10.0):
                 young = now - os.stat(group).st_mtime < min_age
             except OSError:
                 continue
-            if name.startswith("k") and not young and not _tasks(group):
-                try:
-                    os.rmdir(group)
-                except OSError:
-                    pass
+            window = os.path.join(group, WINDOW)
+            if name.startswith("k") and not young and not _tasks(group) and not _tasks(window):
+                for folder in (window, group):
+                    try:
+                        os.rmdir(folder)
+                    except OSError:
+                        pass
 
 
 def kernel_cgroups():
@@ -158,79 +161,98 @@ def kill_run_cgroups(run):
             kill_cgroup(name)
 
 
-class MemoryMeter:
-    """The memory of the kernel in cgroup ``name``, read from outside it.
+class MeterUnavailable(Exception):
+    """This host's cgroups cannot measure a window of a kernel's memory: fail closed."""
 
-    The whole cgroup (every process, tmpfs files included) where the kernel lets a
-    peak be reset (cgroup v1, and v2 from Linux 6.12); elsewhere the kernel's own
-    process, whose high-water mark ``/proc/<pid>/clear_refs`` resets (what its
-    children allocate is then not counted: the summary of such a host says so).
-    ``usage()`` and ``peak()`` are in bytes; ``start()`` begins a new peak.
+
+class MemoryMeter:
+    """The memory charged to one kernel inside a window, read from outside the sandbox.
+
+    The window is opened (:meth:`start`) before any student code has run in the kernel
+    and read (:meth:`peak`) after the result has been encoded, so everything in between
+    counts: anonymous memory of every process and thread of the kernel, files in its
+    ``/tmp`` (tmpfs pages are charged as shared memory), memory-mapped files, kernel
+    memory such as pipe buffers, child processes. The figure is
+
+    * cgroup v1 (``memory`` controller): the peak of a fresh cgroup ``<kernel>/window``
+      into which every process of the kernel is moved when the window opens. Charges
+      made before stay with the kernel's own cgroup (``memory.move_charge_at_immigrate``
+      0), so memory held before the window and freed inside it cannot make room: the
+      peak is only what the window itself allocated at most at once;
+    * cgroup v2 from Linux 6.12: ``memory.peak`` reset through one open file (the
+      kernel keeps a peak per file descriptor) minus ``memory.current`` at the reset.
+      Memory held before the window and freed inside it lowers this figure; before any
+      student code runs the kernel holds only the interpreter, the set-up cells and the
+      inputs.
+
+    Elsewhere (no memory controller, v2 before 6.12, no root) :meth:`start` raises
+    :class:`MeterUnavailable`: no process-level figure can see child processes or
+    ``/tmp``, so the check fails closed instead of passing.
     """
 
     def __init__(self, name):
-        self.name, self.pid = name, None
-
-    def _cgroup_files(self):
-        for path in _group_dirs(self.name):
-            for current, peak in (("memory.current", "memory.peak"),
-                                  ("memory.usage_in_bytes", "memory.max_usage_in_bytes")):
-                if os.path.exists(os.path.join(path, current)):
-                    return os.path.join(path, current), os.path.join(path, peak)
-        return None
-
-    def _kernel_pid(self):
-        for path in _group_dirs(self.name):
-            for pid in _tasks(path):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                except OSError:
-                    continue
-                # the Python process itself, not bwrap or setpriv, whose arguments name it too
-                if os.path.basename(argv[0]).startswith(b"python") and b"ipykernel_launcher" in argv:
-                    return pid
-        return None
-
-    def _status(self, field):
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-        raise OSError(f"no {field} for process {self.pid}")
-
-    def usage(self):
-        """Bytes in use now (None if nothing can be read)."""
-        if self.pid is not None:
-            return self._status("VmRSS")
-        files = self._cgroup_files()
-        if files is None:
-            return None
-        with open(files[0]) as f:
-            return int(f.read())
+        self.name = name
+        self._peak_file = None  # v2: the open memory.peak whose peak was reset
+        self._base = 0
+        self._window = None     # v1: the window's cgroup folder
 
     def start(self):
-        """Begin a new peak; False if neither the cgroup nor the process allows it."""
-        files = self._cgroup_files()
-        if files is not None:
-            try:
-                _write(files[1], 0)
-                return True
-            except OSError:
-                pass
-        self.pid = self._kernel_pid()
-        if self.pid is None:
-            return False
+        """Open the window (see the class); :class:`MeterUnavailable` if this host cannot."""
+        version = cgroup_version()
+        groups = [p for p in _group_dirs(self.name or "") if self.name]
+        memory = [p for p in groups if os.path.exists(os.path.join(p, "memory.usage_in_bytes"))
+                  or os.path.exists(os.path.join(p, "memory.current"))]
+        if not memory:
+            raise MeterUnavailable("the kernel has no memory cgroup (grade as root, with cgroups)")
+        group = memory[0]
         try:
-            _write(f"/proc/{self.pid}/clear_refs", 5)  # 5: reset the peak resident set size
-            return True
-        except OSError:
-            self.pid = None
-            return False
+            if version == 1:
+                self._window = self._open_v1(group)
+            else:
+                self._open_v2(group)
+        except OSError as error:
+            self.close()
+            raise MeterUnavailable(f"this host's cgroups cannot measure a window ({error})") from None
+
+    def _open_v1(self, group):
+        window = os.path.join(group, WINDOW)
+        os.makedirs(window, exist_ok=True)
+        with open(os.path.join(window, "memory.move_charge_at_immigrate")) as f:
+            if int(f.read()) != 0:
+                raise OSError("charges would move with the processes")
+        moved = False
+        for pid in _tasks(group):
+            try:
+                _write(os.path.join(window, "cgroup.procs"), pid)
+                moved = True
+            except ProcessLookupError:
+                continue
+        if not moved or _tasks(group):
+            raise OSError("the kernel's processes could not all be moved into the window")
+        return window
+
+    def _open_v2(self, group):
+        self._peak_file = open(os.path.join(group, "memory.peak"), "r+")
+        with open(os.path.join(group, "memory.current")) as f:
+            self._base = int(f.read())
+        self._peak_file.write("reset\n")
+        self._peak_file.flush()  # Linux 6.12+: the peak of this file descriptor starts again
 
     def peak(self):
-        """The peak in bytes since :meth:`start`."""
-        if self.pid is not None:
-            return self._status("VmHWM")
-        with open(self._cgroup_files()[1]) as f:
-            return int(f.read())
+        """Bytes charged inside the window at most at once, since :meth:`start`."""
+        try:
+            if self._window is not None:
+                with open(os.path.join(self._window, "memory.max_usage_in_bytes")) as f:
+                    return int(f.read())
+            if self._peak_file is not None:
+                self._peak_file.seek(0)
+                return max(0, int(self._peak_file.read()) - self._base)
+        except (OSError, ValueError) as error:
+            raise MeterUnavailable(f"the window's peak cannot be read ({error})") from None
+        raise MeterUnavailable("the window was not opened")
+
+    def close(self):
+        """Forget the window (its cgroup goes with the kernel's, see :func:`kill_cgroup`)."""
+        if self._peak_file is not None:
+            self._peak_file.close()
+            self._peak_file = None

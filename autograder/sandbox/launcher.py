@@ -153,6 +153,14 @@ def set_rlimits(limits):
         resource.setrlimit(which, (value, value))
 
 
+def kernel_argv(argv):
+    """The kernel's own command: the boot code (:mod:`autograder.kernel.boot`, which hooks
+    SDPA before any student code runs), then ipykernel with ``argv``."""
+    with open(os.path.join(GRADER_ROOT, "autograder", "kernel", "boot.py"), encoding="utf-8") as f:
+        boot = f.read()
+    return [sys.executable, "-P", "-X", "frozen_modules=off", "-c", boot, *argv]
+
+
 def launch(argv):
     """The launcher: cgroup, rlimits, then exec bwrap with the kernel command."""
     limits = json.loads(os.environ["AUTOGRADER_LIMITS"])
@@ -166,7 +174,7 @@ def launch(argv):
             sys.exit("autograder sandbox: cannot create the kernel's cgroup; not starting a kernel "
                      "without its process and memory caps")
     set_rlimits(limits)
-    kernel = [sys.executable, "-P", "-X", "frozen_modules=off", "-m", "ipykernel_launcher", *argv]
+    kernel = kernel_argv(argv)
     command = bwrap_argv(kernel, socket_dir, limits, as_root=as_root)
     os.execv(command[0], command)
 

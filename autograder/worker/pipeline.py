@@ -203,7 +203,7 @@ def grade_student(settings, student, workdir, db_url):
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from ..judge.execute import events
+    from ..judge.execute import events, flags
 
     start = monotonic()
     scratch = Path(workdir) / "submitted"
@@ -217,7 +217,9 @@ def grade_student(settings, student, workdir, db_url):
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
             Autograde(coursedir=CourseDirectory(config=c), config=c).start()
             for graded in sorted((out / AUTOGRADED).rglob("*.ipynb")):
-                result.events += [LimitEvent(**e) for e in events(nbformat.read(graded, as_version=4))]
+                executed = nbformat.read(graded, as_version=4)
+                result.events += [LimitEvent(**e) for e in events(executed)]
+                result.flags += [f for f in flags(executed) if f not in result.flags]  # judged calls
             apply_late_policy(db_url, settings.assignment, settings.course)
             c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)

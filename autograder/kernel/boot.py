@@ -1,0 +1,135 @@
+"""The kernel's boot code: the first thing that runs in a sandboxed kernel's Python process.
+
+The launcher (:mod:`autograder.sandbox.launcher`) starts every grading kernel as
+``python -c <this source> -f CONNECTION_FILE ...``: before ipykernel is imported and
+before any of the student's code runs, :func:`install` adds an audit hook
+(:func:`sys.addaudithook`: nothing in the process can remove one), then ipykernel starts
+as ``python -m ipykernel_launcher`` would.
+
+The hook counts every call of PyTorch's ``scaled_dot_product_attention`` (SDPA) made at
+run time, whatever name it was fetched by. As soon as PyTorch is loaded (checked on each
+``import``, ``compile`` and ``exec`` audit event, so during PyTorch's own import, before
+the next cell and before each judged call) it replaces, with counting wrappers,
+
+* ``torch._C._nn.scaled_dot_product_attention`` and ``torch.nn.functional``'s name for it
+  (the same function): ``F.scaled_dot_product_attention``, ``getattr(F, 'scaled_dot_' +
+  'product_attention')``, ``vars(F)[...]``, ``importlib``, ``torch.nn.MultiheadAttention``;
+* every ``aten`` operator of the dispatcher whose name holds ``scaled_dot_product`` (not
+  the backward ones), as ``torch.ops.aten`` hands them out, with their overloads
+  (``torch.ops.aten.scaled_dot_product_attention.default``, the CPU flash kernel, the math
+  fallback, ...), once PyTorch's import has finished (so an operator called in the very
+  statement after PyTorch's first import, inside a judged call, is not yet counted).
+
+The probe (:mod:`autograder.kernel.probe`) asks for the count around each judged call
+with the audit event ``autograder.sdpa``; the hook answers ``(calls, intact)``, where
+``intact`` says that every wrapper is still where it was put and that nothing tried to
+add an audit hook after it (one could rewrite the answer: it is refused, and the attempt
+remembered). What an in-process hook
+cannot see, and the judge's docs say so: code that reaches the original function
+another way than through these names (the wrapper's closure read through ``gc`` or
+``__closure__``, ``ctypes`` into libtorch, a C extension), or that overwrites the
+counter in memory. Removing or replacing a wrapper, or silencing the audit event,
+is seen (``probe-tampered``). Standard library only; PyTorch is never imported here.
+"""
+
+import sys
+
+EVENT = "autograder.sdpa"  # the probe's question (kept equal to probe.SDPA_EVENT)
+NAME = "scaled_dot_product_attention"
+TRIGGERS = frozenset({"import", "exec", "compile", EVENT})  # when to look for PyTorch again
+
+
+def install():
+    """Add the audit hook that hooks SDPA once PyTorch is loaded and answers the probe."""
+    calls = [0]
+    hooked = []     # (owner, attribute, wrapper) of every wrapper put in place
+    state = {"busy": False, "other hooks": False}
+
+    def counted(original):
+        def scaled_dot_product_attention(*args, **kwargs):
+            calls[0] += 1
+            return original(*args, **kwargs)
+
+        scaled_dot_product_attention.__doc__ = getattr(original, "__doc__", None)
+        return scaled_dot_product_attention
+
+    class CountedOp:
+        """An aten operator (packet or overload) that counts its calls."""
+
+        __slots__ = ("_op",)
+
+        def __init__(self, op):
+            object.__setattr__(self, "_op", op)
+
+        def __call__(self, *args, **kwargs):
+            calls[0] += 1
+            return self._op(*args, **kwargs)
+
+        def __getattr__(self, name):
+            value = getattr(self._op, name)
+            return CountedOp(value) if type(value).__name__ == "OpOverload" else value
+
+        def __repr__(self):
+            return repr(self._op)
+
+    def hook_functional():
+        """The functional API: as soon as ``torch.nn.functional`` has defined it."""
+        functional = sys.modules.get("torch.nn.functional")
+        if functional is None or NAME not in functional.__dict__:
+            return False
+        wrapper = counted(functional.__dict__[NAME])
+        wrappers = [(functional, NAME, wrapper), (sys.modules["torch"]._C._nn, NAME, wrapper)]
+        for owner, attribute, value in wrappers:  # both found first: nothing is wrapped twice
+            setattr(owner, attribute, value)
+        hooked.extend(wrappers)
+        return True
+
+    def hook_aten():
+        """The dispatcher's operators: only once PyTorch's import has finished (its own
+        decompositions are registered on the real operator objects while it loads)."""
+        torch = sys.modules.get("torch")
+        if torch is None or getattr(torch.__spec__, "_initializing", True) is not False:
+            return False
+        aten = torch.ops.aten
+        names = {full.partition("aten::")[2].partition(".")[0]
+                 for full in torch._C._dispatch_get_all_op_names()}
+        wrappers = [(aten, name, CountedOp(getattr(aten, name))) for name in sorted(names)
+                    if "scaled_dot_product" in name and "backward" not in name]
+        for owner, attribute, value in wrappers:
+            setattr(owner, attribute, value)
+        hooked.extend(wrappers)
+        return True
+
+    def intact():
+        return not state["other hooks"] and all(
+            owner.__dict__.get(attribute) is wrapper for owner, attribute, wrapper in hooked)
+
+    def audit(event, args):
+        if event == "sys.addaudithook":  # a later hook could rewrite the answer: refuse it
+            state["other hooks"] = True
+            raise RuntimeError("the grader's kernel takes no other audit hooks")
+        if pending and not state["busy"] and event in TRIGGERS:
+            state["busy"] = True
+            try:
+                pending[:] = [step for step in pending if not step()]
+            except Exception:  # noqa: BLE001 - PyTorch half imported: try again at the next event
+                pass
+            finally:
+                state["busy"] = False
+        if event == EVENT and args and isinstance(args[0], list):
+            args[0].append((calls[0], intact()))
+
+    pending = [hook_functional, hook_aten]
+    sys.addaudithook(audit)
+
+
+def main():
+    """Install the hook, then run ipykernel as ``python -m ipykernel_launcher`` does."""
+    import runpy
+
+    install()
+    runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
