@@ -185,6 +185,21 @@ def cmd_roster(args):
         sys.exit(printable(error))
 
 
+def cmd_report(args):
+    from ..core.gradebook import GradebookError
+    from ..core.untrusted import printable
+    from .report import write_report
+
+    db_url = existing_gradebook(args)
+    try:
+        written = write_report(args.root, db_url, args.assignment, to=args.to,
+                               anonymize=args.anonymize)
+    except (ValueError, GradebookError) as error:
+        sys.exit(printable(error))
+    for path in written.pages:
+        print(f"wrote {printable(path)}")
+
+
 def cmd_collect(args):
     from ..core.untrusted import printable
     from .collect import Lms, collect_into_course
@@ -310,6 +325,22 @@ def parser():
                    help="the LMS that made the archive (its file-name layout)")
     p.add_argument("archive", help="the bulk download (.zip)")
     p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("report", parents=[common], formatter_class=raw,
+                       help="write the instructor's report: what the class got wrong",
+                       description="Write reports/<ASSIGNMENT>.html (scores, test cells by part, "
+                                   "the most common failure messages, parts failed together, "
+                                   "times, limits, flags, late and missing students) and "
+                                   "reports/index.html (the term), each with the CSV/JSON of its "
+                                   "figures, from the gradebook and the records grade keeps. "
+                                   "Offline pages: open them in any browser.")
+    p.add_argument("assignment", nargs="?", help="only this assignment's page (default: all)")
+    p.add_argument("--to", default=None, metavar="DIR",
+                   help="output folder, relative to the course root or absolute (default reports/)")
+    p.add_argument("--anonymize", action="store_true",
+                   help="stable pseudonyms instead of student ids, no names, no links to "
+                        "feedback pages (for sharing with TAs or in a paper)")
+    p.set_defaults(func=cmd_report)
     return top
 
 

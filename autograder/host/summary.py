@@ -157,6 +157,10 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
     scores = [r.score for r in results]
     p(f"Score: mean {sum(scores) / n:.2f}, min {min(scores):g}, max {max(scores):g}"
       f" of {max(r.max_score for r in results):g}")
+    from .report_data import report_page_path
+
+    p(f"What the class got wrong, with plots: python -m autograder report {assignment}"
+      f" (writes {report_page_path(settings.root, assignment)})")
     failures = Counter(t for r in results for t in failed_tests(r, tests))
     if tests:
         p("Tests passed:")

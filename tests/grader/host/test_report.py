@@ -1,0 +1,451 @@
+"""``python -m autograder report``: what the class got wrong, checked against the gradebook.
+
+Fast tests: message normalisation, Fisher's exact test against an exact count of tables,
+the parts and concepts read from the source notebooks, pseudonyms, one-line errors, and the
+streamed term matrix of a synthetic gradebook (``benchmarks/bench_report.py``'s bulk
+inserts) against nbgrader's own ORM, on SQLite and on PostgreSQL.
+
+Slow tests: a real class of 01-rope and 03-causal-mask (honest, partial, two typical
+mistakes, late, and a student whose id and failure message are markup) graded once with the
+real sandbox; every figure's numbers are recomputed from the gradebook through nbgrader's ORM;
+``--anonymize`` leaves no real id or name in any file name or content. Browser tests (real
+Chromium): axe-core finds no WCAG 2 A/AA violation in light or dark mode, nothing scrolls
+sideways at 390 px and figure text stays readable there, no request leaves the page, and the
+hostile text stays text (no element, no marker).
+"""
+
+import copy
+import csv
+import json
+import math
+import random
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.host import report_data as data
+from autograder.host.report_page import phone_text_px
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_report  # noqa: E402
+
+from test_term import cli, solved  # noqa: E402
+
+
+# -- fast: the pieces ---------------------------------------------------------------------------
+def test_messages_with_other_numbers_and_ids_are_one_message():
+    a = data.normalize_message("max error 3.1e-02 at (0, 2, 5)")
+    assert a == data.normalize_message("max error 4E+1 at (1, 0, 7)") == "max error # at (#, #, #)"
+    assert data.normalize_message("<obj at 0x7f3a>  in '/tmp/x/y.py'") == "<obj at 0x#> in '/…'"
+    assert data.normalize_message("layer2 of shape (3,4)") == "layer2 of shape (#,#)"  # names keep digits
+    assert data.normalize_message("x" * 1000).endswith("…") and len(data.normalize_message("x" * 1000)) == 400
+
+
+def exact_fisher(a, b, c, d):
+    """P(X >= a) for the hypergeometric margins of the table, by exact integer counting."""
+    row, col, n = a + b, a + c, a + b + c + d
+    total = math.comb(n, col)
+    return sum(math.comb(row, k) * math.comb(n - row, col - k)
+               for k in range(a, min(row, col) + 1)) / total
+
+
+@pytest.mark.parametrize("table", [(3, 1, 1, 3), (0, 5, 5, 0), (10, 0, 0, 10), (1, 2, 3, 40),
+                                   (50, 100, 120, 9730)])
+def test_fisher_matches_an_exact_count(table):
+    assert data.fisher_greater(*table) == pytest.approx(exact_fisher(*table), rel=1e-9, abs=1e-300)
+
+
+def test_parts_that_fail_together_are_found_and_independent_ones_are_not():
+    rng = random.Random(1)
+    sets = []
+    for _ in range(400):
+        together = rng.random() < 0.3
+        failed = {"Part 1", "Part 2"} if together else set()
+        if rng.random() < 0.3:
+            failed.add("Part 3")  # independent of the others
+        sets.append(frozenset(failed))
+    pairs = {(p.first, p.second): p for p in data.co_failures(sets, ["Part 1", "Part 2", "Part 3"])}
+    both = pairs[("Part 1", "Part 2")]
+    assert both.significant and both.phi == pytest.approx(1.0)
+    n1 = sum("Part 1" in s for s in sets)
+    assert both.lift == pytest.approx(len(sets) / n1)  # P(both) / (P(1) P(2)) with 1 == 2
+    assert not pairs[("Part 1", "Part 3")].significant and not pairs[("Part 2", "Part 3")].significant
+    assert sum(p.both + p.first_only + p.second_only + p.neither == 400 for p in pairs.values()) == 3
+
+
+def test_parts_and_concepts_come_from_the_source_notebook():
+    from autograder.core.cells import grade_id, is_test_cell
+
+    parts = data.assignment_parts(REPO, "01-rope")
+    assert [p.name for p in parts] == [f"Part {i}" for i in range(1, 7)]
+    assert parts[1].concept == "`apply_rope`" and parts[4].written == (("01-rope", "p5_written"),)
+    nb = nbformat.read(REPO / "solutions" / "01-rope" / "01-rope.ipynb", as_version=4)
+    tests = [("01-rope", grade_id(c)) for c in nb.cells if is_test_cell(c)]
+    assert [t for p in parts for t in p.tests] == tests  # each test cell once, in order
+
+
+def test_pseudonyms_are_stable_keyed_and_private(tmp_path):
+    one, two = data.Pseudonyms(tmp_path, True), data.Pseudonyms(tmp_path, True)
+    assert one("ada") == two("ada") != one("bob") and one("ada").startswith("s-")
+    assert oct((tmp_path / data.SECRET).stat().st_mode & 0o777) == "0o600"
+    assert one.scrub("ada copied from bob") == f"{one('ada')} copied from {one('bob')}"
+    (tmp_path / data.SECRET).unlink()
+    assert data.Pseudonyms(tmp_path, True)("ada") != one("ada")  # a new secret: unlinkable
+    assert data.Pseudonyms(tmp_path, False)("ada") == "ada"
+
+
+def test_bad_input_is_one_line(tmp_path):
+    (tmp_path / "solutions").symlink_to(REPO / "solutions")
+    proc = cli(tmp_path, "report", check=False, cwd=REPO)
+    assert proc.returncode != 0 and "no gradebook" in proc.stderr and "Traceback" not in proc.stderr
+    bench_report.make_gradebook(f"sqlite:///{tmp_path}/gradebook.db", 5, assignments=("01-rope",))
+    proc = cli(tmp_path, "report", "99-nope", check=False, cwd=REPO)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "99-nope" in proc.stderr
+    (tmp_path / "blocker").write_text("a file")
+    proc = cli(tmp_path, "report", "--to", "blocker/sub", check=False, cwd=REPO)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "--to" in proc.stderr
+
+
+def orm_term(db_url):
+    """Percent per (student, assignment) and test passes per cell, through nbgrader's ORM."""
+    from autograder.core.gradebook import open_gradebook
+
+    percents, passes = {}, {}
+    with open_gradebook(db_url) as gb:
+        for assignment in gb.assignments:
+            for sub in gb.assignment_submissions(assignment.name):
+                penalty = sum(nb.late_submission_penalty or 0 for nb in sub.notebooks)
+                percents[(sub.student_id, assignment.name)] = \
+                    100 * max(0.0, sub.score - penalty) / assignment.max_score
+                for nb in sub.notebooks:
+                    for g in nb.grades:
+                        if g.cell.cell_type == "code":
+                            key = (assignment.name, g.name)
+                            passes[key] = passes.get(key, 0) + (g.auto_score >= g.max_score)
+    return percents, passes
+
+
+def check_synthetic(db_url, root):
+    bench_report.make_gradebook(db_url, 60, seed=3, assignments=("01-rope", "03-causal-mask"))
+    term = data.term_stats(db_url)
+    percents, passes = orm_term(db_url)
+    got = {(s, a): row[j].percent for s, row in term.matrix.items()
+           for j, a in enumerate(term.assignments) if row[j].percent is not None}
+    assert got.keys() == percents.keys() and len(term.matrix) == 60
+    assert all(got[k] == pytest.approx(v) for k, v in percents.items())
+    stats = data.assignment_stats(root, db_url, "03-causal-mask")
+    for (nb, cell), n in stats.test_passes.items():
+        assert n == passes[("03-causal-mask", cell)], cell
+    assert stats.n_submissions == sum(a == "03-causal-mask" for _, a in percents)
+
+
+def test_the_streamed_term_matches_nbgraders_orm_sqlite(tmp_path):
+    (tmp_path / "solutions").symlink_to(REPO / "solutions")
+    check_synthetic(f"sqlite:///{tmp_path}/gradebook.db", tmp_path)
+
+
+@pytest.mark.slow
+def test_the_streamed_term_matches_nbgraders_orm_postgres(tmp_path, postgres):
+    (tmp_path / "solutions").symlink_to(REPO / "solutions")
+    check_synthetic(postgres("report_term"), tmp_path)
+
+
+# -- slow: a real graded class --------------------------------------------------------------------
+AIDS = ("01-rope", "03-causal-mask")
+DUE = "2026-11-20T23:59:00+00:00"
+ON_TIME, LATE = "2026-11-20 10:00:00.000000 UTC", "2026-11-21 02:29:00.000000 UTC"
+HOSTILE_ID = 'x"><img src=x onerror="document.body.dataset.pwned=1">'
+HOSTILE_MESSAGE = "<script>document.body.dataset.pwned=2</script><b id=injected>bold</b>"
+MISTAKES = {"01-rope": [("out[..., 0::2] = a * cos - b * sin", "out[..., 0::2] = a * cos + b * sin")],
+            "03-causal-mask": [("return j <= i + (S - T)", "return j <= i")]}
+MISTAKE_CELL = {"01-rope": "p2_hidden_random", "03-causal-mask": "p1_hidden"}
+HOSTILE_FUNCTION = {"01-rope": "apply_rope", "03-causal-mask": "causal_mask"}
+ROSTER = ["honest-ada", "partial-bob", "mistake-cy", "mistake-di", "late-eve", HOSTILE_ID, "absent-fay"]
+NAMES = {s: f"Name{i} Surname{i}" for i, s in enumerate(ROSTER)}
+
+
+def mutated(release, source, edits):
+    nb = solved(release, source)
+    for cell in nb.cells:
+        for old, new in edits:
+            cell.source = cell.source.replace(old, new)
+    return nb
+
+
+def hostile(release, source, function):
+    """Correct, except that ``function`` raises an AssertionError whose message is markup."""
+    nb = solved(release, source)
+    for cell in nb.cells:
+        if f"def {function}(" in cell.source and cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source += (f"\n\ndef {function}(*args, **kwargs):\n"
+                            f"    raise AssertionError({HOSTILE_MESSAGE!r})\n")
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    from autograder.sandbox.launcher import unavailable_reason
+
+    if (why := unavailable_reason()) is not None:
+        pytest.skip(str(why))
+    root = tmp_path_factory.mktemp("report")
+    shutil.copytree(REPO / "autograder", root / "autograder", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
+    (root / "course.toml").write_text('[late]\npolicy = "10%/day,cap=50%"\n' + "".join(
+        f'[assignments."{a}"]\ndue = "{DUE}"\n' for a in AIDS))
+    with open(root / "roster.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student_id", "name", "email", "lms_id"])
+        writer.writerows([s, NAMES[s], "", ""] for s in ROSTER)
+    for aid in AIDS:
+        shutil.copytree(REPO / "solutions" / aid, root / "solutions" / aid)
+        release = nbformat.read(REPO / "release" / aid / f"{aid}.ipynb", as_version=4)
+        source = nbformat.read(REPO / "solutions" / aid / f"{aid}.ipynb", as_version=4)
+        first_two = {g for g in ("p1_solution", "p2_solution")}
+        for student, nb, stamp in [
+                ("honest-ada", solved(release, source), ON_TIME),
+                ("partial-bob", solved(release, source, parts=first_two), ON_TIME),
+                ("mistake-cy", mutated(release, source, MISTAKES[aid]), ON_TIME),
+                ("mistake-di", mutated(release, source, MISTAKES[aid]), ON_TIME),
+                ("late-eve", solved(release, source), LATE),
+                (HOSTILE_ID, hostile(release, source, HOSTILE_FUNCTION[aid]), ON_TIME)]:
+            folder = root / "submitted" / student / aid
+            folder.mkdir(parents=True)
+            (folder / "timestamp.txt").write_text(stamp)
+            nbformat.write(copy.deepcopy(nb), folder / f"{aid}.ipynb")
+    outputs = {aid: cli(root, "grade", aid, "--jobs", "2", "--no-progress").stdout for aid in AIDS}
+    manual_grade(root)
+    cli(root, "feedback", "01-rope")  # the late penalty again, with the manual score
+    report = cli(root, "report").stdout
+    cli(root, "report", "--anonymize", "--to", "anon")
+    return dict(root=root, db=f"sqlite:///{root}/gradebook.db", grade=outputs, report=report)
+
+
+def manual_grade(root):
+    """The instructor grades ada's written answer of 01-rope by hand: 2 of 2."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root}/gradebook.db") as gb:
+        grade = gb.find_grade("p5_written", "01-rope", "01-rope", "honest-ada")
+        grade.manual_score = 2.0
+        gb.db.commit()
+
+
+def page_data(graded, name):
+    return json.loads((graded["root"] / "reports" / f"{name}.json").read_text())
+
+
+def orm_submissions(db_url, aid):
+    """Per student: autograded total, final score, max, late, failed test cells: nbgrader's ORM."""
+    from autograder.core.gradebook import open_gradebook
+
+    out = {}
+    with open_gradebook(db_url) as gb:
+        top = gb.find_assignment(aid).max_score
+        for sub in gb.assignment_submissions(aid):
+            grades = [g for nb in sub.notebooks for g in nb.grades]
+            penalty = sum(nb.late_submission_penalty or 0 for nb in sub.notebooks)
+            out[sub.student_id] = dict(
+                auto=sum(g.auto_score or 0 for g in grades), final=max(0.0, sub.score - penalty),
+                top=top, late=sub.total_seconds_late > 0, penalty=penalty,
+                failed={g.name for g in grades if g.cell.cell_type == "code" and g.auto_score < g.max_score})
+    return out
+
+
+def autograded_cells(db_url, aid):
+    """The assignment's autograded cells in the gradebook (nbgrader's ORM), in notebook order."""
+    from autograder.core.gradebook import open_gradebook
+
+    with open_gradebook(db_url) as gb:
+        notebook = gb.find_notebook(aid, aid)
+        order = [c.name for c in notebook.source_cells]
+        return sorted((c.name for c in notebook.grade_cells if c.cell_type == "code"), key=order.index)
+
+
+def bins(values, top):
+    counts = [0] * 10
+    for v in values:
+        counts[min(9, int(10 * v / top))] += 1
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aid", AIDS)
+def test_scores_and_pass_rates_match_the_gradebook(graded, aid):
+    subs = orm_submissions(graded["db"], aid)
+    page = page_data(graded, aid)
+    top = next(iter(subs.values()))["top"]
+    assert [r["autograded"] for r in page["scores"]] == bins([s["auto"] for s in subs.values()], top)
+    assert [r["final"] for r in page["scores"]] == bins([s["final"] for s in subs.values()], top)
+    for row in page["tests"]:
+        failed = sum(row["test cell"] in s["failed"] for s in subs.values())
+        assert (row["passed"], row["of"]) == (len(subs) - failed, len(subs)), row
+    assert [r["test cell"] for r in page["tests"]] == autograded_cells(graded["db"], aid)
+    assert [r["student"] for r in page["late"]] == [s for s, v in subs.items() if v["late"]] == ["late-eve"]
+    assert page["late"][0]["penalty"] == pytest.approx(subs["late-eve"]["penalty"]) and subs["late-eve"]["penalty"] > 0
+    assert [r["student"] for r in page["roster"]] == ["absent-fay"]
+
+
+@pytest.mark.slow
+def test_manual_grades_move_the_final_distribution(graded):
+    subs = orm_submissions(graded["db"], "01-rope")
+    assert subs["honest-ada"]["final"] == subs["honest-ada"]["auto"] + 2.0 == subs["honest-ada"]["top"]
+    rows = page_data(graded, "01-rope")["scores"]
+    assert rows[-1]["final"] >= 1 and rows[-1]["autograded"] == 0  # nobody autogrades to 100 %
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_same_mistake_is_one_message_with_examples(graded, aid):
+    page = page_data(graded, aid)
+    mine = [r for r in page["messages"] if r["test cell"] == MISTAKE_CELL[aid]
+            and set(r["examples"].split()) >= {"mistake-cy", "mistake-di"}]
+    assert len(mine) == 1 and mine[0]["students"] == 2, page["messages"]
+    subs = orm_submissions(graded["db"], aid)
+    per_cell = {}
+    for r in page["messages"]:
+        per_cell[r["test cell"]] = per_cell.get(r["test cell"], 0) + r["students"]
+    for cell, n in per_cell.items():  # every failure of a cell counted once, in one message
+        assert n == sum(cell in s["failed"] for s in subs.values()), cell
+    html = (graded["root"] / "reports" / f"{aid}.html").read_text()
+    assert 'href="../feedback/mistake-cy/' in html or 'href="../feedback/mistake-di/' in html
+
+
+@pytest.mark.slow
+def test_the_term_matches_the_gradebook(graded):
+    page = page_data(graded, "index")
+    percents = {}
+    for aid in AIDS:
+        for student, s in orm_submissions(graded["db"], aid).items():
+            percents[(student, aid)] = 100 * s["final"] / s["top"]
+    for row in page["matrix"]:
+        for aid in AIDS:
+            cell = row[aid]
+            if (row["student"], aid) in percents:
+                assert float(cell.split()[0]) == pytest.approx(percents[(row["student"], aid)], abs=0.5)
+                assert cell.endswith("late") == (row["student"] == "late-eve")
+            else:
+                assert cell == "missing" and row["student"] == "absent-fay"
+    assert {r["student"]: r["name"] for r in page["matrix"]} == NAMES  # names as the gradebook has them
+    completion = {r["assignment"]: r["handed in"] for r in page["assignments"]}
+    assert completion == {aid: 6 for aid in AIDS}
+
+
+@pytest.mark.slow
+def test_hostile_text_is_escaped_and_csv_cells_are_inert(graded):
+    html = (graded["root"] / "reports" / "01-rope.html").read_text()
+    assert "<script>document" not in html and "<img src=x" not in html and "<b id=injected>" not in html
+    assert "&lt;script&gt;document.body.dataset.pwned=2&lt;/script&gt;" in html
+    assert "x&quot;&gt;&lt;img src=x onerror=" in html
+    assert "Content-Security-Policy" in html and "script-src" not in html and "default-src 'none'" in html
+
+
+@pytest.mark.slow
+def test_anonymized_output_holds_no_real_id_or_name(graded):
+    folder = graded["root"] / "anon"
+    files = sorted(folder.iterdir())
+    assert {p.suffix for p in files} == {".html", ".csv", ".json"} and len(files) > 10
+    secrets_ = [s for s in ROSTER] + [n for name in NAMES.values() for n in name.split()]
+    secrets_ += ["feedback/"]  # links to feedback pages carry ids in their paths
+    for path in files:
+        text = path.read_text()
+        for secret in secrets_:
+            assert secret not in path.name and secret not in text, (path.name, secret)
+        assert "img src=x onerror" not in text, path.name  # the hostile id, however encoded
+    pseudonym = data.Pseudonyms(graded["root"], True)
+    matrix = json.loads((folder / "index.json").read_text())["matrix"]
+    assert {r["student"] for r in matrix} == {pseudonym(s) for s in ROSTER}
+
+
+# -- browser: accessibility, phones, the network, hostile text ---------------------------------------
+CHROMIUM = Path("/usr/bin/chromium")
+AXE = REPO / "node_modules" / "axe-core" / "axe.min.js"
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+PAGES = ["01-rope", "03-causal-mask", "index"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.is_file():
+        pytest.skip("Chromium not found at /usr/bin/chromium: run `apt-get install chromium`")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=["--headless", "--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+def open_report(browser, path, width, scheme="light"):
+    """The page at ``width`` px, every request but the page itself recorded and refused."""
+    context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
+    page = context.new_page()
+    requests, errors = [], []
+    url = path.as_uri()
+
+    def guard(route):
+        if route.request.url == url:
+            return route.continue_()
+        requests.append(route.request.url)
+        return route.abort()
+    page.route("**/*", guard)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url, wait_until="load")
+    return context, page, requests, errors
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.parametrize("name", PAGES)
+def test_axe_finds_no_violation_light_or_dark(graded, browser, name):
+    if not AXE.is_file():
+        pytest.skip("axe-core is not installed: run `npm ci --ignore-scripts`")
+    for scheme in ("light", "dark"):
+        context, page, _, _ = open_report(browser, graded["root"] / "reports" / f"{name}.html", 1280, scheme)
+        page.add_script_tag(content=AXE.read_text())  # CDP injection: the page's CSP does not apply
+        found = page.evaluate("""async (tags) => (await axe.run(document, {runOnly: {type: 'tag',
+            values: tags}, resultTypes: ['violations']})).violations.map(v => ({id: v.id,
+            nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))""", AXE_TAGS)
+        context.close()
+        assert found == [], f"{name} ({scheme}): {found}"
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.parametrize("folder", ["reports", "anon"])
+@pytest.mark.parametrize("name", PAGES)
+def test_fits_a_phone_loads_nothing_and_keeps_hostile_text_inert(graded, browser, folder, name):
+    context, page, requests, errors = open_report(browser, graded["root"] / folder / f"{name}.html", 390)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    smallest = page.evaluate("""() => Math.min(...[...document.querySelectorAll('svg text')].map(t => {
+        const svg = t.ownerSVGElement, box = svg.viewBox.baseVal;
+        return parseFloat(getComputedStyle(t).fontSize) * svg.getBoundingClientRect().width / box.width;
+    }))""")
+    inert = page.evaluate("""() => ({pwned: document.body.dataset.pwned || null,
+        scripts: document.querySelectorAll('script').length,
+        imgs: document.querySelectorAll('body img').length,
+        injected: !!document.getElementById('injected')})""")
+    text = page.evaluate("document.body.innerText")
+    context.close()
+    assert width <= 390, f"{name} is {width} px wide on a 390 px phone"
+    assert smallest >= 12 * 0.95, f"figure text {smallest:.1f} px on a phone"
+    assert requests == [] and errors == []
+    assert inert == {"pwned": None, "scripts": 0, "imgs": 0, "injected": False}
+    if folder == "reports" and name == "01-rope":
+        assert HOSTILE_MESSAGE in text  # shown as text, whole
+
+
+def test_figures_are_sized_for_a_phone():
+    assert phone_text_px() >= 12
+
+
+@pytest.mark.slow
+def test_the_summary_of_grade_names_the_report(graded):
+    for aid, out in graded["grade"].items():
+        assert f"python -m autograder report {aid} (writes {graded['root']}/reports/{aid}.html)" in out
+    assert f"wrote {graded['root']}/reports/index.html" in graded["report"]
