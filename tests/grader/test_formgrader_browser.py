@@ -315,3 +315,31 @@ def test_control_nbconvert_as_shipped_runs_the_payloads(course, browser, recorde
     assert seen["markdown"] and seen["outputs"], seen
     assert recorder.hits, "the recorder saw no payload request"
     recorder.hits.clear()
+
+
+def test_the_policy_alone_stops_every_script_and_load(course, browser, recorder, tmp_path):
+    """Defence in depth: the hostile notebooks rendered WITHOUT the sanitizer, with only the
+    feedback pages' Content-Security-Policy added. No script or handler runs and nothing is
+    fetched; the one thing a policy does not govern is navigation, which the sanitizer removes
+    (``<meta http-equiv=refresh>``): that request, and only that one, reaches the recorder."""
+    from nbconvert.exporters import HTMLExporter
+
+    from autograder.worker.feedback import with_csp
+
+    root, notebooks = course
+    recorder.hits.clear()
+    for who in ("markdown", "outputs", "cells"):
+        nb = nbformat.read(root / "autograded" / who / "toy" / "toy.ipynb", as_version=4) \
+            if who == "outputs" else notebooks[who]
+        page_path = tmp_path / f"{who}.html"
+        page_path.write_text(with_csp(HTMLExporter(template_name="classic").from_notebook_node(nb)[0]))
+        outcome = visit(browser, page_path.as_uri(), recorder)
+        try:
+            for found in outcome["markers"]:
+                assert found["globals"] == [], (who, found)
+            allowed = [f"{recorder.url}/refresh"] if who == "markdown" else []
+            assert [u for u in outcome["offsite"] if u not in allowed] == [], (who, outcome["offsite"])
+        finally:
+            outcome["context"].close()
+    assert set(recorder.hits) <= {"/hit/refresh"}, recorder.hits
+    recorder.hits.clear()
