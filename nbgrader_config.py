@@ -6,7 +6,10 @@ They are the course settings of ``autograder/core/nbgrader_config.py``: sources 
 feedback without hidden tests, and the same autograding as the driver: every
 kernel in the OS sandbox, every test cell scored by the outside judge, the default
 limits of ``autograder/core/limits.py``. ``nbgrader autograde`` and the formgrader's
-Autograde button therefore give the scores ``python -m autograder grade`` gives.
+Autograde button therefore give the scores ``python -m autograder grade`` gives. What a
+submission holds renders inert in the formgrader's submission views and in
+``nbgrader generate_feedback``'s pages (``autograder/core/sanitize.py``): no student markup,
+output or metadata runs a script or loads anything there.
 """
 
 import os
