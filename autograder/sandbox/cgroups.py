@@ -8,6 +8,7 @@ run ends. Standard library only: the launcher imports it, and starts in millisec
 """
 
 import os
+import re
 import signal
 import time
 
@@ -165,6 +166,28 @@ class MeterUnavailable(Exception):
     """This host's cgroups cannot measure a window of a kernel's memory: fail closed."""
 
 
+def meter_unavailable():
+    """None if :class:`MemoryMeter` can measure kernels on this host, else one line saying why."""
+    if os.geteuid() != 0:
+        return "kernels get cgroups only when grading runs as root"
+    version = cgroup_version()
+    if version == 1 and os.path.isdir(os.path.join(CGROUP, "memory")):
+        return None
+    if version == 2:
+        try:
+            with open(os.path.join(CGROUP, "cgroup.controllers")) as f:
+                memory = "memory" in f.read().split()
+        except OSError:
+            memory = False
+        release = tuple(int(n) for n in re.findall(r"\d+", os.uname().release)[:2])
+        if memory and release >= (6, 12):
+            return None
+        if memory:
+            return (f"cgroup v2 on Linux {os.uname().release}: a memory peak can be reset "
+                    "only from Linux 6.12")
+    return "no cgroup memory controller"
+
+
 class MemoryMeter:
     """The memory charged to one kernel inside a window, read from outside the sandbox.
 
@@ -198,6 +221,9 @@ class MemoryMeter:
 
     def start(self):
         """Open the window (see the class); :class:`MeterUnavailable` if this host cannot."""
+        reason = meter_unavailable()
+        if reason:
+            raise MeterUnavailable(reason)
         version = cgroup_version()
         groups = [p for p in _group_dirs(self.name or "") if self.name]
         memory = [p for p in groups if os.path.exists(os.path.join(p, "memory.usage_in_bytes"))

@@ -13,6 +13,7 @@ import pytest
 
 from autograder.core.limits import Limits
 from autograder.core.results import LimitKind
+from autograder.sandbox.cgroups import meter_unavailable
 from autograder.sandbox.launcher import unavailable_reason
 from tests.grader.judge.classes import grade_class, replaced, solved
 
@@ -64,7 +65,8 @@ def test_a_crash_while_judged_costs_only_its_own_cell(graded, student):
     assert cells[student]["p1_hidden"].score == 0.0
     others = {name: cell.score for name, cell in cells[student].items() if name != "p1_hidden"}
     assert others == {name: honest[name].score for name in others}  # Part 2 and on: full marks
-    assert all(score > 0 for score in others.values())
+    measured = meter_unavailable() is None  # elsewhere memory tests fail closed, for everyone
+    assert all(score > 0 for name, score in others.items() if measured or "memory" not in name)
 
 
 @pytest.mark.parametrize("student", DIED)

@@ -1,0 +1,73 @@
+"""The kernel's boot hook counts SDPA by every name, and notices being removed.
+
+A fresh Python process (no sandbox needed) runs :func:`autograder.kernel.boot.install` as the
+kernel's command does, imports PyTorch, and calls ``scaled_dot_product_attention`` by the names
+a student could compute; the count the probe reads (:func:`autograder.kernel.probe._sdpa_count`)
+must go up by one for each, cost microseconds, and say ``intact`` until a wrapper is removed
+or another audit hook is added. The sandboxed, end-to-end version is in
+``test_measurement_evasions.py``.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[3]
+
+SCRIPT = r'''
+import importlib, json, sys, time
+sys.path.insert(0, sys.argv[1])
+from autograder.kernel import boot, probe
+boot.install()
+seen = [probe._sdpa_count()]
+F = importlib.import_module("torch.nn" + ".functional")
+torch = sys.modules["torch"]
+q = torch.randn(2, 5, 4)
+name = "scaled_dot_" + "product_attention"
+calls = [lambda: getattr(F, name)(q, q, q),          # a computed name, same statement as the import
+         lambda: vars(F)[name](q, q, q),
+         lambda: getattr(torch.ops.aten, name)(q, q, q),
+         lambda: getattr(torch.ops.aten, name).default(q, q, q),
+         lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q[None], q[None], q[None]),
+         lambda: torch._C._nn.scaled_dot_product_attention(q, q, q),
+         lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)]
+for call in calls:
+    call()
+    seen.append(probe._sdpa_count())
+wrapper = vars(F)[name]
+real = [c.cell_contents for c in wrapper.__closure__ if callable(c.cell_contents)][0]
+start = time.perf_counter()
+for _ in range(2000):
+    real(q, q, q)
+plain = time.perf_counter() - start
+start = time.perf_counter()
+for _ in range(2000):
+    wrapper(q, q, q)
+counted = time.perf_counter() - start
+setattr(F, name, real)
+seen.append(probe._sdpa_count())
+setattr(F, name, wrapper)
+seen.append(probe._sdpa_count())
+sys.addaudithook(lambda event, args: None)
+seen.append(probe._sdpa_count())
+print(json.dumps({"seen": seen, "overhead_us": (counted - plain) / 2000 * 1e6}))
+'''
+
+
+@pytest.mark.slow
+def test_every_name_counts_and_removal_is_seen():
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(REPO)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = report["seen"]
+    assert seen[:8] == [[i, True] for i in range(8)]  # one more for each of the 7 names
+    assert seen[8] == [2007, False]  # the 2000 timed calls counted; a wrapper taken out
+    assert seen[9] == [2007, True]   # ... and put back
+    assert seen[10] == [2007, False]  # another audit hook (refused) is remembered
+    assert report["overhead_us"] < 50, report  # microseconds per call, on a loaded machine
