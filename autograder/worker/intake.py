@@ -45,8 +45,8 @@
    file of ``solutions/`` or of a classmate) is refused, never read: the instructor
    copies it if it is genuine. Every cost is bounded before it is paid: a file larger
    than :data:`NOTEBOOK_BYTES` (by ``st_size``, then while reading) is not read, nor
-   are notebooks beyond :data:`SUBMISSION_BYTES` per folder or entries beyond
-   :data:`FOLDER_ENTRIES`; a notebook of more than :data:`NOTEBOOK_CELLS` cells or
+   are notebooks beyond :data:`SUBMISSION_BYTES` per folder, nor a folder of more than
+   :data:`FOLDER_ENTRIES` entries; a notebook of more than :data:`NOTEBOOK_CELLS` cells or
    JSON nested deeper than :data:`JSON_DEPTH` is refused before nbformat validates
    it. File names that are not UTF-8 are kept as Python's surrogate escapes and shown
    escaped.
@@ -267,7 +267,7 @@ def read_submission(folder: Path, within: Path | None = None) -> Submission:
                 return folder_problem(error, fd, step, Path(*steps[:depth + 1]))
             os.close(fd)
             fd = inner
-        return Submission(tuple(looked_at(fd)))
+        return looked_at(fd, Path(*steps))
     finally:
         os.close(fd)
 
@@ -289,14 +289,19 @@ def folder_problem(error, fd, name, path):
     return Submission(problem=f"folder {shown(str(path))} cannot be opened ({error.strerror})")
 
 
-def looked_at(fd):
-    """The :class:`Entry` of each name in the open folder ``fd``, sorted by name.
+def looked_at(fd, path):
+    """The :class:`Submission` of the open folder ``fd`` (``path`` under ``submitted/``):
+    the :class:`Entry` of each name, sorted by name.
 
     Candidate notebooks and the collection files are read (:func:`read_regular`);
-    notebooks beyond :data:`SUBMISSION_BYTES` in all are not.
+    notebooks beyond :data:`SUBMISSION_BYTES` in all are not. A folder of more than
+    :data:`FOLDER_ENTRIES` entries is not read at all.
     """
     with os.scandir(fd) as listing:
-        names = sorted(entry.name for _, entry in zip(range(FOLDER_ENTRIES), listing))
+        names = sorted(entry.name for _, entry in zip(range(FOLDER_ENTRIES + 1), listing))
+    if len(names) > FOLDER_ENTRIES:
+        return Submission(problem=f"folder {shown(str(path))} holds more than {FOLDER_ENTRIES} "
+                                  "entries, more than the grader looks at")
     entries, budget = [], SUBMISSION_BYTES
     for name in names:
         try:
@@ -316,7 +321,7 @@ def looked_at(fd):
                 data, problem = read_regular(name, fd, cap)
                 budget -= len(data or b"")
         entries.append(Entry(name, kind, info.st_mtime, data, problem))
-    return entries
+    return Submission(tuple(entries))
 
 
 NOT_A_FILE = {Kind.LINK: "a symbolic link, which the grader does not follow",

@@ -607,3 +607,15 @@ def test_no_timestamp_is_no_time(tmp_path):
     (tmp_path / "timestamp.txt").write_bytes(b"\xff" * (intake_module.COLLECTION_BYTES + 1))
     moment, problem = handed_in_time(read_submission(tmp_path), NOW)
     assert moment == NOW and problem.startswith("timestamp.txt is larger than the 4096 bytes")
+
+
+def test_a_folder_of_too_many_entries_is_not_looked_through(tmp_path):
+    folder = tmp_path / "eve" / "01-rope"
+    hand_in(folder, OWN, worked("honest"))
+    for number in range(intake_module.FOLDER_ENTRIES):
+        (folder / f"junk-{number:04}").touch()
+    got = take_in(read_submission(folder, within=tmp_path), release())
+    assert got == Intake("unreadable", None, None, (), False,
+                         f"the submission folder eve/01-rope holds more than "
+                         f"{intake_module.FOLDER_ENTRIES} entries, more than the grader looks at; "
+                         "nothing in it was read")
