@@ -11,9 +11,11 @@ often their own id. Whatever the grader writes from them is data:
 * :func:`printable`: one line for the terminal, with every control character (C0, DEL, C1:
   escape sequences that move the cursor, rewrite the title or the clipboard), every
   bidirectional override (which reorders what the reader sees) and every byte of a
-  file name that is not UTF-8 written as a visible escape.
+  file name that is not UTF-8 written as a visible escape; :class:`PrintableFormatter` does
+  the same for log records.
 """
 
+import logging
 import re
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -74,3 +76,13 @@ def printable(text):
     The result is one line (newlines are escaped too) that a terminal shows as written.
     """
     return _UNPRINTABLE.sub(_escape, str(text))
+
+
+class PrintableFormatter(logging.Formatter):
+    """A log formatter for the terminal: each line of a record through :func:`printable`.
+
+    Log messages name students, files and what a notebook raised; a traceback keeps its lines.
+    """
+
+    def format(self, record):
+        return "\n".join(printable(line) for line in super().format(record).splitlines())

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..core.gradebook import engine_url
 from ..core.limits import Limits
 from ..core.nbgrader_config import default_db_url
+from ..core.untrusted import PrintableFormatter
 
 DESCRIPTION = """\
 Grade the course's nbgrader assignments at class scale.
@@ -348,6 +349,8 @@ def main(argv=None):
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:  # log records name students and their files
+        handler.setFormatter(PrintableFormatter("%(levelname)s %(message)s"))
     if not args.verbose:
         logging.getLogger("traitlets").setLevel(logging.ERROR)
     args.func(args)

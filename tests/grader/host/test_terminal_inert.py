@@ -8,6 +8,7 @@ and bytes that are not UTF-8 go through the progress bar, the class summary and 
 """
 
 import io
+import logging
 import os
 import re
 import subprocess
@@ -74,3 +75,12 @@ def test_roster_command_escapes_what_it_lists(tmp_path):
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 1 and "\n" == done.stderr[-1:] and done.stderr.count("\n") == 1
     assert not RAW.search(done.stderr) and "name\\x1b[2j" in done.stderr  # the header is read lower-cased
+
+
+def test_log_records_are_escaped_line_by_line():
+    from autograder.core.untrusted import PrintableFormatter
+
+    record = logging.LogRecord("autograder", logging.WARNING, __file__, 1,
+                               "grading %s failed:\n%s", ("eve\x1b]0;x\x07", "Trace\u202eback"), None)
+    text = PrintableFormatter("%(levelname)s %(message)s").format(record)
+    assert text == "WARNING grading eve\\x1b]0;x\\x07 failed:\nTrace\\u202eback"
