@@ -281,3 +281,32 @@ def test_without_a_roster_or_with_an_unknown_assignment_one_line(course):
     assert done.returncode == 1 and done.stderr.startswith("collect: no roster.csv under")
     done = run(course, "canvas", zip_path, assignment="nope")
     assert done.returncode == 1 and done.stderr.startswith("unknown assignment 'nope'")
+
+
+@pytest.mark.slow
+def test_a_collected_canvas_download_is_graded_with_its_times(course):
+    from autograder.core.limits import Limits
+    from autograder.host.driver import grade
+    from autograder.host.release import generate
+    from autograder.sandbox.launcher import unavailable_reason
+    from nbgrader.api import Gradebook
+    from tests.grader.test_grading_e2e import Class
+
+    if unavailable_reason():
+        pytest.skip(str(unavailable_reason()))
+    source = nbformat.read(course / "solutions" / AID / f"{AID}.ipynb", as_version=4)
+    release = generate(AID, course, release_dir=course / "release-check")
+    klass = Class(source, nbformat.read(release / f"{AID}.ipynb", as_version=4))
+    zip_path = archive(course / "canvas.zip", [
+        ("lovelaceada_1001_5001_toy.ipynb", nbformat.writes(klass.notebook()).encode(), T1),
+        ("turingalan_LATE_1002_5002_Copy of toy.ipynb",
+         nbformat.writes(klass.notebook(solved=[])).encode(), T2)])
+    assert run(course, "canvas", zip_path).returncode == 0
+    results = {r.student: r for r in grade(AID, course, progress=False, out=io.StringIO(), jobs=2,
+                                           limits=Limits(cell_timeout=10, notebook_timeout=90))}
+    assert (results["ada"].status, results["ada"].score) == ("ok", klass.total)
+    assert (results["alan"].status, results["alan"].score) == ("ok", 0)
+    assert "graded 'Copy of toy.ipynb'" in results["alan"].message
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert gb.find_submission(AID, "alan").timestamp == datetime(*T2)
+        assert gb.find_submission(AID, "ada").timestamp == datetime(*T1)
