@@ -29,7 +29,6 @@ class LimitKind(StrEnum):
     NOTEBOOK_TIMEOUT = "notebook_timeout"  # the notebook's wall clock ran out
     CRASH = "crash"                        # the kernel died (os._exit, a crash, the memory cap)
     OUTPUT = "output"                      # the cell printed more than the output limit
-    KERNEL_START = "kernel_start"          # no kernel could be started for the cell
     REPLAY = "replay"                      # re-running earlier cells after a restart failed
 
 

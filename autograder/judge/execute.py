@@ -30,7 +30,7 @@ Every such event is recorded in the executed notebook's metadata
 import ast
 import asyncio
 from queue import Empty
-from time import monotonic
+from time import monotonic, sleep
 
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
@@ -55,6 +55,21 @@ def events(nb):
     return list(nb.metadata.get(EVENTS_KEY, {}).get("events", []))
 
 PROBE_SECONDS = 2.0  # how long an interrupted kernel may take to answer again
+KERNEL_START_TRIES = 3    # a kernel that does not come up is tried again this often ...
+KERNEL_START_PAUSE = 1.0  # ... this many seconds apart; then it is the host's fault
+
+
+class KernelStartError(BaseException):
+    """No grading kernel could start: a fault of the grading host, never of the student.
+
+    Raised after :data:`KERNEL_START_TRIES` tries (the sandbox cannot run, a broken
+    virtualenv, socket paths, the host's memory): a fresh kernel holds nothing of the
+    student, so the student cannot be the cause. A ``BaseException``, as ``KeyboardInterrupt``
+    is: nbgrader's converters turn every ``Exception`` of a notebook into a generic failure
+    ("Removing failed assignment"), and this one must reach the worker as itself, which
+    records the student as ``error``, keeping the earlier grade
+    (:func:`autograder.worker.pipeline.grade_student`).
+    """
 
 
 def flags(nb):
@@ -101,10 +116,16 @@ class Spare:
     def discard(cls):
         km, cls.km = cls.km, None
         if km is not None:
-            try:
-                run_sync(km.shutdown_kernel)(now=True)
-            except Exception:  # noqa: BLE001 - a spare that is already gone
-                pass
+            _shut(km)
+
+
+def _shut(km):
+    """Shut a kernel manager's kernel down now, whatever state it is in."""
+    try:
+        run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # noqa: BLE001 - a kernel that is already gone
+        if hasattr(km, "kill_everything"):
+            km.kill_everything()
 
 
 class LimitedExecute(Execute):
@@ -134,7 +155,7 @@ class LimitedExecute(Execute):
         self._index = 0
         done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
         self._lost = None  # "died" or "timeout": what the student's kernel did while judged
-        alive = self._start()
+        self._start()  # or KernelStartError, the host's fault: no cell of the student is scored
         try:
             for index, cell in enumerate(self.nb.cells):
                 self._index = index
@@ -143,20 +164,16 @@ class LimitedExecute(Execute):
                 remaining = self._deadline - monotonic()
                 if is_setup_cell(cell):  # trusted code: the judge runs it too
                     judge.judge_cell(cell, self._namespace)
-                if not alive:
-                    self._fail(cell, index, LimitKind.KERNEL_START, "KernelStartError",
-                               "the grading kernel could not be started")
-                    continue
                 if remaining < 1:
                     self._fail(cell, index, LimitKind.NOTEBOOK_TIMEOUT, "NotebookTimeoutError",
                                f"not run: the notebook used up its {self.notebook_timeout:g} s")
                     continue
                 if is_test_cell(cell):
-                    alive = self._run_test_cell(cell, index, remaining, done)
+                    self._run_test_cell(cell, index, remaining, done)
                 elif self._run_cell(cell, index, remaining):
                     done.append(index)
                 else:
-                    alive = self._restart(done)
+                    self._restart(done)
         finally:
             self._stop()
         self.set_widgets_metadata()
@@ -322,33 +339,65 @@ class LimitedExecute(Execute):
         return out, peak
 
     def _launch(self):
-        """A kernel manager whose kernel process has been launched (not yet waited for)."""
+        """A kernel manager whose kernel process has been launched (not yet waited for).
+
+        A launch that fails half-way (its process started, its sockets not connected) kills
+        what it started before it raises.
+        """
         if not self.kernel_name:  # as nbclient's create_kernel_manager does
             self.kernel_name = self.nb.metadata.get("kernelspec", {}).get("name") or "python3"
         km = self.kernel_manager_class(kernel_name=self.kernel_name, config=self.config)
-        run_sync(km.start_kernel)(extra_arguments=self.extra_arguments)
+        try:
+            run_sync(km.start_kernel)(extra_arguments=self.extra_arguments)
+        except Exception:
+            _shut(km)
+            raise
         return km
 
     def _launched(self):
-        """The spare kernel if there is a live one, else a new one; then launch the next spare."""
+        """The spare kernel if there is a live one, else a new one; then launch the next spare
+        (a spare that cannot launch is left out: the next notebook launches its own)."""
         km = Spare.take() if self.spare_kernel else None
         if km is None or not run_sync(km.is_alive)():
             if km is not None:
-                Spare.keep(km)  # a dead spare: shut it down properly
-                Spare.discard()
+                _shut(km)  # a dead spare
             km = self._launch()
         if self.spare_kernel:
-            Spare.keep(self._launch())
+            try:
+                Spare.keep(self._launch())
+            except Exception as error:  # noqa: BLE001 - this notebook's kernel is up
+                self.log.warning("spare kernel: %s", error)
         return km
 
     def _fresh_kernel(self):
-        """A second kernel (spare or new) and its client, for a measurement."""
-        km = self._launched()
-        kc = km.client()
-        kc.start_channels()
-        run_sync(kc.wait_for_ready)(timeout=self.startup_timeout)
-        kc._grader_km = km
-        return km, kc
+        """A second kernel (spare or new) and its client, for a measurement; tried as
+        :meth:`_start` tries (KernelStartError when none comes up)."""
+        def start():
+            km = self._launched()
+            try:
+                kc = km.client()
+                kc.start_channels()
+                run_sync(kc.wait_for_ready)(timeout=self.startup_timeout)
+            except Exception:
+                _shut(km)
+                raise
+            kc._grader_km = km
+            return km, kc
+
+        return self._tried(start)
+
+    def _tried(self, start):
+        """``start()``, tried :data:`KERNEL_START_TRIES` times; KernelStartError after that."""
+        for attempt in range(1, KERNEL_START_TRIES + 1):
+            try:
+                return start()
+            except Exception as error:  # noqa: BLE001 - whatever stops a kernel: try again
+                reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+                self.log.error("grading kernel failed to start (try %d of %d): %s",
+                               attempt, KERNEL_START_TRIES, reason)
+            if attempt < KERNEL_START_TRIES:
+                sleep(KERNEL_START_PAUSE)
+        raise KernelStartError(f"no grading kernel could start ({KERNEL_START_TRIES} tries): {reason}")
 
     def _get_timeout(self, cell):
         return self._cell_timeout if cell is not None else self.timeout
@@ -386,19 +435,27 @@ class LimitedExecute(Execute):
 
     # -- kernel life cycle ----------------------------------------------------------
     def _start(self):
-        """Start a kernel and its client; return False if it does not come up."""
-        try:
-            self.km = self._launched()
-            self.start_new_kernel_client()
-            info = self._reply(self.kc.kernel_info(), self.startup_timeout)
-            if info is None:
-                raise RuntimeError("no kernel_info reply")
+        """Start a kernel and its client; True once it answers.
+
+        Every wait is bounded (``startup_timeout``; a kernel whose process dies is given up
+        at once). A kernel that does not come up is tried again; after
+        :data:`KERNEL_START_TRIES` tries :class:`KernelStartError` ends the notebook: the
+        host's fault, which must not become the student's scores.
+        """
+        def start():
+            try:
+                self.km = self._launched()
+                self.start_new_kernel_client()
+                info = self._reply(self.kc.kernel_info(), self.startup_timeout)
+                if info is None:
+                    raise RuntimeError(f"no kernel_info reply in {self.startup_timeout} s")
+            except Exception:
+                self._stop()
+                raise
             self.nb.metadata["language_info"] = info["content"]["language_info"]
             return True
-        except Exception as error:  # a kernel that cannot start must not stop the class
-            self.log.error("grading kernel failed to start: %s", error)
-            self._stop()
-            return False
+
+        return self._tried(start)
 
     def _stop(self):
         """Kill the kernel and everything it started; forget the client."""
@@ -412,10 +469,10 @@ class LimitedExecute(Execute):
         self.km, self.kc = None, None
 
     def _restart(self, done):
-        """Replace the kernel and silently re-run the cells in ``done``."""
+        """Replace the kernel and silently re-run the cells in ``done``; True (a kernel that
+        cannot start raises :class:`KernelStartError`)."""
         self._stop()
-        if not self._start():
-            return False
+        self._start()
         for index in done:
             remaining = self._deadline - monotonic()
             source = self.nb.cells[index].source

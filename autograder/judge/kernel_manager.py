@@ -6,7 +6,10 @@ uses instead of jupyter_client's default. For each kernel it
 
 * makes a fresh private folder (owned by the sandbox's user) that holds the
   connection file and the kernel's Unix sockets: the only folder the kernel and
-  the worker share (``transport = "ipc"``: the kernel has no network at all);
+  the worker share (``transport = "ipc"``: the kernel has no network at all). It is
+  made under a short fixed root (:data:`SOCKET_BASE`, or a run's folder made there by
+  :func:`make_socket_root`), never under ``TMPDIR`` or the course: a Unix socket's path
+  must fit in 107 bytes, however long the host's paths are (:func:`check_socket_path`);
 * launches :mod:`autograder.sandbox.launcher` (see there) with the run's limits, which
   starts the kernel under bubblewrap as ``nobody`` in its own cgroup;
 * interrupts by message (a signal to the launcher would not cross the sandbox's
@@ -31,13 +34,46 @@ from ..sandbox import cgroups
 from ..sandbox.launcher import BOOT, NOBODY, kernel_argv
 
 
+SOCKET_BASE = "/tmp"  # fixed and short, whatever TMPDIR says: socket paths must stay short
+SUN_PATH_MAX = 107    # bytes of a Unix socket's path (Linux's sun_path, less its final NUL)
+PORT_SUFFIX = "-65535"  # what zmq's ipc transport appends to ``ip`` for each channel, at most
+
+
+class SocketPathError(OSError):
+    """A kernel's socket path would not fit in a Unix socket address."""
+
+
+def make_socket_root():
+    """A fresh folder under :data:`SOCKET_BASE` for one run's kernel socket folders.
+
+    ``mkdtemp`` creates it atomically with a random name (no one can have made it in
+    advance, or swap it: ``/tmp`` is sticky), owned by this user; 0711 lets the kernels
+    (user ``nobody``) reach their own folders in it, and list nothing. The caller removes
+    it with everything in it when the run ends, the folders of killed workers included.
+    """
+    path = tempfile.mkdtemp(prefix="autograder-sockets-", dir=SOCKET_BASE)
+    os.chmod(path, 0o711)
+    return path
+
+
+def check_socket_path(ip):
+    """Raise :class:`SocketPathError` unless every socket ``ip-PORT`` fits in ``sun_path``."""
+    if len((ip + PORT_SUFFIX).encode()) > SUN_PATH_MAX:
+        raise SocketPathError(f"the kernel's socket path {ip}{PORT_SUFFIX} is longer than "
+                              f"{SUN_PATH_MAX} bytes (socket_root is too deep)")
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """Starts each grading kernel in the sandbox of :mod:`autograder.sandbox.launcher`."""
 
     sandboxed = Bool(True, help="Start kernels under bubblewrap (False: plain local kernels, "
                                 "for trusted notebooks only).").tag(config=True)
-    socket_root = Unicode("", help="Where the per-kernel socket folders are made "
-                                   "(default: the system's temporary folder).").tag(config=True)
+    socket_root = Unicode("", help="Where the per-kernel socket folders are made (default: "
+                                   f"{SOCKET_BASE}, never TMPDIR: socket paths must stay short)."
+                          ).tag(config=True)
+    startup_log = Unicode("", help="A file that gets the kernel's stderr (default: the "
+                                   "worker's): for a kernel that runs no student code, to tell "
+                                   "why it could not start (the preflight's).").tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -52,9 +88,16 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_pre_start_kernel(self, **kw):
         # a fresh folder for this kernel's connection file and sockets
-        self._private = Path(tempfile.mkdtemp(prefix="kernel-", dir=self.socket_root or None))
+        self._private = Path(tempfile.mkdtemp(prefix="kernel-", dir=self.socket_root or SOCKET_BASE))
         self.connection_file = str(self._private / "connection.json")
         self.ip = str(self._private / "k")
+        try:
+            check_socket_path(self.ip)
+        except SocketPathError:
+            shutil.rmtree(self._private, ignore_errors=True)
+            raise
+        if self.startup_log:
+            kw["stderr"] = open(self.startup_log, "ab")  # the kernel's copy; ours closes at launch
         env = dict(kw.pop("env", None) or os.environ)
         env.update(Limits.from_environment(env).environment())
         kw["env"] = env
@@ -65,6 +108,13 @@ class SandboxedKernelManager(AsyncKernelManager):
                 for path in (self._private, Path(self.connection_file)):
                     os.chown(path, NOBODY, NOBODY)
         return result
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        try:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+        finally:
+            if self.startup_log and kw.get("stderr") is not None:
+                kw["stderr"].close()
 
     @property
     def cgroup(self):
