@@ -26,6 +26,7 @@ from time import monotonic
 from ..core.nbgrader_config import SUBMITTED
 from ..core.results import Status, StudentResult
 from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task, grader_digest
+from .pool import Breaker
 
 CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
 # Tasks the cluster holds at once, per worker thread. One: a worker then holds only the
@@ -93,7 +94,9 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
     ``expected``: seconds each student is expected to take (the longest go first).
     ``watchdog``: seconds after which a task that has not come back is given up as an error
     (its worker is restarted). Any exception (an interruption included) cancels the run's
-    tasks and removes its plugin, which kills the run's kernels on every worker.
+    tasks and removes its plugin, which kills the run's kernels on every worker. Results that
+    keep being the host's fault stop the run (:class:`autograder.host.pool.Breaker`); a worker
+    where no kernel can start fails its plugin's set-up, which is :class:`ClusterError`.
     """
     from distributed import wait
 
@@ -109,6 +112,7 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
     pending = sorted(students, key=lambda s: (-expected.get(s, 0.0), s))
     window = IN_FLIGHT_PER_THREAD * worker_threads(client)
     running = {}  # future -> (student, submitted at)
+    breaker = Breaker()
 
     def fill_window():
         while pending and len(running) < window:
@@ -130,7 +134,9 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
             finished = [(future, *running.pop(future)) for future in done]
             fill_window()  # the freed threads get their next submission before the client records
             for future, student, since in finished:
-                on_result(collect(future, student, monotonic() - since))
+                result = collect(future, student, monotonic() - since)
+                on_result(result)
+                breaker.see(result)
             for future, (student, since) in list(running.items()):
                 if monotonic() - since > watchdog:
                     running.pop(future)

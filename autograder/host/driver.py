@@ -15,12 +15,19 @@ The parent process
    page (only the parent writes under the course root, so the gradebook and the
    files always agree, and parallel workers cannot corrupt anything);
 4. replaces a worker that dies or runs past its watchdog (the student is
-   recorded as an error with zero marks, the class goes on);
+   recorded as an error, the earlier grade kept, and the class goes on);
 5. on SIGINT, SIGTERM or SIGHUP stops at once: workers and their sandboxed
    kernels are killed, scratch folders and cgroups removed, and what was recorded
    so far stays recorded (running ``grade`` again finishes the rest);
 6. writes ``grades.csv`` and prints the class summary; keeps the worker log of
    every student whose grading failed under ``logs/``.
+
+The grading host's faults are never a student's grade: a student whose kernel cannot start
+is ``error`` with the earlier grade kept; a run where no kernel can start, or whose kernels
+stop starting, stops within a minute (:class:`autograder.host.pool.HostFault`); a course
+folder that cannot be written (a full disk, a read-only ``feedback/``) stops the run. Each
+stop is one line and exit status 1, keeps what was recorded, and the next ``grade``
+finishes the rest.
 
 With ``scheduler`` (``--scheduler tcp://HOST:8786``), step 2 runs on an existing Dask
 cluster instead (:mod:`autograder.host.cluster`): one task per submission, the same
@@ -50,6 +57,7 @@ from ..core.limits import Limits
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
 from ..core.policy import apply_late_policy, load_settings
 from ..core.results import Status
+from ..judge.kernel_manager import make_socket_root
 from ..core.untrusted import printable
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
@@ -57,7 +65,7 @@ from ..worker.feedback import install_mathjax
 from ..worker.pipeline import Settings, submission_digest
 from ..worker.similarity import similar_pairs
 from . import summary
-from .pool import run_pool
+from .pool import HostFault, run_pool
 from .release import generate
 from .roster import read_roster, roster_report, sync_roster
 
@@ -290,6 +298,8 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
         with CourseLock(root, assignment, db_url), Signals():
             return _grade_class(assignment, root, db_url, jobs, limits, names, progress, out,
                                 sandboxed, force, course, roster, client)
+    except OSError as error:  # the host's disk or folders, before or after the class
+        raise SystemExit(f"grading stopped: {unwritable(error)}") from None
     finally:
         if client is not None:
             client.close()
@@ -330,18 +340,18 @@ def expected_seconds(root, assignment, students):
 
 def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, sandboxed, force,
                  course, roster, client=None):
-    workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
-    os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
+    workdir = Path(tempfile.mkdtemp(prefix="autograder-"))  # 0700: no kernel needs it
     start, results, stopped = monotonic(), [], None
-    tests, settings = [], None
+    tests, settings, sockets = [], None, None
     try:
+        sockets = make_socket_root()  # short, whatever TMPDIR's length
         release = generate(assignment, root, release_dir=workdir / "release",
                            db_url=f"sqlite:///{workdir}/template.db")
         tests = test_cells(release)
         settings = Settings(
             root=str(root), assignment=assignment, template_db=str(workdir / "template.db"),
             release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed,
-            run_id=workdir.name.rsplit("-", 1)[-1], course=course)
+            run_id=workdir.name.rsplit("-", 1)[-1], course=course, socket_root=sockets)
         with writing(db_url):
             with open_gradebook(db_url):  # created (and made ready) before nbgrader writes it
                 pass
@@ -377,39 +387,67 @@ def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, s
                 except ClusterError as error:
                     raise SystemExit(str(error)) from None
         except Interrupted as signal_name:
-            stopped = str(signal_name)
+            stopped = f"by {signal_name}"
+        except HostFault as error:
+            stopped = f"because {error}"
+        except GradebookError as error:
+            stopped = f"because {error}"
+        except OSError as error:  # keep() could not write a course file: nothing half-written
+            stopped = f"because {unwritable(error)}"
         bar.close()
     finally:
         if settings is not None:
             kill_run_cgroups(settings.run_id)
         sweep_cgroups()
         shutil.rmtree(workdir, ignore_errors=True)
+        if sockets:
+            shutil.rmtree(sockets, ignore_errors=True)
     results.sort(key=lambda r: r.student)
     flag_similar(results)
     lateness = apply_late_policy(db_url, assignment, course) if settings is not None else {}
     absent = roster_report(db_url, assignment, roster) if roster and settings is not None else None
-    summary.write_csv(root / "grades.csv", assignment, results, tests, lateness=lateness,
-                      missing=absent.missing if absent else ())
+    try:
+        summary.write_csv(root / "grades.csv", assignment, results, tests, lateness=lateness,
+                          missing=absent.missing if absent else ())
+    except OSError as error:
+        stopped = stopped or f"because {unwritable(error)}"
     if settings is not None:
         summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out,
                        skipped=[] if stopped else skipped, lateness=lateness, roster=absent)
     if stopped:
-        raise SystemExit(f"stopped by {stopped}: {len(results)} submission(s) recorded, "
+        raise SystemExit(f"stopped {stopped}: {len(results)} submission(s) recorded, "
                          f"{len(todo) - len(results)} not graded; run grade again to finish")
+    if faults := [r for r in results if r.host_fault]:
+        raise SystemExit(f"{len(faults)} submission(s) not graded, their earlier grades kept: "
+                         f"{faults[0].error}; run grade again to grade them")
     return results
 
 
+def unwritable(error):
+    """One line for an ``OSError`` of the course's folders or the host's disk."""
+    where = f" {error.filename}" if error.filename else ""
+    return f"cannot write{where}: {error.strerror or error}"
+
+
 def keep(root, db_url, assignment, result):
-    """Record ``result``: gradebook first, then its files, then the stamp that marks it done."""
+    """Record ``result``: gradebook first, then its files, then the stamp that marks it done.
+
+    A result of status ``error`` (its grading failed: the host's fault or the grader's)
+    changes neither the gradebook nor the files: the earlier grade and its pages stay, and
+    agree (``record`` returns their figures); without a stamp, the next run grades it again.
+    A write that fails (a full disk, a read-only folder) raises with the stamp removed, so
+    the next run grades that student again too.
+    """
     stamp = stamp_path(root, result.student, assignment)
     stamp.unlink(missing_ok=True)
     result.score, result.max_score, result.needs_manual = record(db_url, assignment, result)
-    write_files(root, result.files)
+    if result.status != Status.ERROR:
+        write_files(root, result.files)
     if result.status != Status.OK and result.log:
         log = Path(root) / LOGS / assignment / f"{result.student}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(result.log)
-    if result.digest:
+    if result.digest and result.status != Status.ERROR:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(json.dumps({"digest": result.digest, "status": result.status,
                                      "seconds": round(result.seconds, 3)}))

@@ -4,7 +4,9 @@
 the driver, sends everything it and its kernels print to its own log file, and then answers
 one student id after another on its pipe with that student's
 :class:`~autograder.core.results.StudentResult` (:func:`autograder.worker.pipeline.grade_student`,
-in its own scratch gradebook), until it receives None. The driver's end of the pipe is
+in its own scratch gradebook), until it receives None. Its first word is a
+:class:`~autograder.core.results.WorkerStart`: whether its first kernel could start
+(:func:`autograder.worker.pipeline.preflight`); a worker whose kernel cannot start ends there. The driver's end of the pipe is
 :class:`autograder.host.pool.Worker`.
 """
 
@@ -18,7 +20,8 @@ from pathlib import Path
 
 from ..core.nbgrader_config import prepare_nbgrader
 from ..sandbox.cgroups import RUN_ENV
-from .pipeline import grade_student
+from ..core.results import WorkerStart
+from .pipeline import grade_student, preflight
 
 
 def main(conn, settings, index):
@@ -33,7 +36,8 @@ def main(conn, settings, index):
 
 
 def serve(conn, settings, index):
-    """Worker loop: receive student ids on ``conn``, send back results; None stops."""
+    """Worker loop: say whether kernels start, then receive student ids on ``conn`` and send
+    back results; None stops."""
     workdir = Path(settings.workdir) / f"worker{index}"
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "gradebook.db"
@@ -49,6 +53,10 @@ def serve(conn, settings, index):
     from ..judge.execute import Spare
 
     try:
+        fault = preflight(settings, f"sqlite:///{db}", workdir / "submitted")
+        conn.send(WorkerStart(fault or ""))
+        if fault:
+            return
         while (student := conn.recv()) is not None:
             conn.send(grade_student(settings, student, workdir, f"sqlite:///{db}"))
     finally:

@@ -23,12 +23,13 @@ from time import monotonic
 
 import nbformat
 
-from ..core.gradebook import read_scores
+from ..core.gradebook import forget_submission, read_scores
 from ..core.limits import Limits
 from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
                                     course_config)
 from ..core.policy import CourseSettings, apply_late_policy
 from ..core.results import LimitEvent, Status, StudentResult
+from ..core.untrusted import printable
 from .audit import audit, restore_deleted
 from .feedback import CSP_META, polish
 from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
@@ -47,6 +48,10 @@ class Settings:
     sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
     run_id: str = ""        # names this run's kernel cgroups, so the driver can kill them all
     course: CourseSettings = field(default_factory=CourseSettings)  # due dates, late policy
+    socket_root: str = ""   # the run's short folder of kernel sockets (never under TMPDIR)
+
+
+PREFLIGHT_STARTUP = 15.0  # seconds a preflight kernel may take to answer, per try
 
 
 def autograde_config(settings, db_url, student, scratch):
@@ -55,9 +60,60 @@ def autograde_config(settings, db_url, student, scratch):
     c.merge(autograde_settings(settings.limits, sandboxed=settings.sandboxed))
     c.CourseDirectory.submitted_directory = str(scratch)
     c.BaseConverter.force = True
-    c.SandboxedKernelManager.socket_root = str(Path(scratch).parent)
+    if settings.socket_root:  # else the kernel manager's own short default, not TMPDIR
+        c.SandboxedKernelManager.socket_root = settings.socket_root
     c.LimitedExecute.spare_kernel = True  # this worker grades notebook after notebook
     return c
+
+
+def preflight(settings, db_url, scratch):
+    """Start a sandboxed kernel here and wait for its answer: None, or why none can start.
+
+    A grading process runs it once, before its first student (the local workers and each
+    Dask worker's plugin), so a host that cannot run kernels at all (no sandbox, a broken
+    virtualenv, socket paths, no memory) stops the run in seconds with one line instead of
+    failing every student; the line ends with the last thing the kernel printed (it runs
+    no student code, so that is the sandbox's or Python's word). Bounded:
+    :data:`autograder.judge.execute.KERNEL_START_TRIES` tries of at most
+    :data:`PREFLIGHT_STARTUP` seconds each. Then it launches the process's spare kernel,
+    which the first notebook takes.
+    """
+    from ..judge.execute import KernelStartError, LimitedExecute, Spare
+
+    said = Path(scratch).parent / "preflight.log"
+    said.unlink(missing_ok=True)
+    c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
+    c.SandboxedKernelManager.startup_log = str(said)
+    c.LimitedExecute.spare_kernel = False
+    executor = LimitedExecute(config=c)
+    executor.kernel_name = "python3"  # the course's notebooks' kernel (nbgrader's default too)
+    executor.startup_timeout = PREFLIGHT_STARTUP
+    executor.nb = nbformat.v4.new_notebook()
+    try:
+        executor._start()
+    except KernelStartError as error:
+        last = [line for line in last_bytes(said).splitlines() if line.strip()][-1:]
+        return f"{error}" + (f" (the kernel said: {printable(last[0].strip()[:200])})" if last else "")
+    finally:
+        executor._stop()
+        said.unlink(missing_ok=True)
+    spare = LimitedExecute(config=autograde_config(settings, db_url, INTERNAL_ID, scratch))
+    spare.kernel_name = executor.kernel_name
+    try:
+        Spare.keep(spare._launch())
+    except Exception as error:  # noqa: BLE001 - the first notebook launches its own
+        logging.getLogger("autograder").warning("spare kernel: %s", error)
+    return None
+
+
+def last_bytes(path, size=2000):
+    """The last ``size`` bytes of ``path`` as text ('' if it is not there)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 INTERNAL_ID = "student"  # the id every submission has inside a worker: no glob characters
@@ -203,7 +259,7 @@ def grade_student(settings, student, workdir, db_url):
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from ..judge.execute import events, flags
+    from ..judge.execute import KernelStartError, events, flags
 
     start = monotonic()
     scratch = Path(workdir) / "submitted"
@@ -215,6 +271,12 @@ def grade_student(settings, student, workdir, db_url):
         if result.status == Status.OK:
             c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
+            # the scratch gradebook grades everyone as INTERNAL_ID: nothing of the previous
+            # student may remain (nbgrader would keep its submission time, for one thing)
+            forget_submission(db_url, settings.assignment, INTERNAL_ID)
+            stamp = scratch / INTERNAL_ID / settings.assignment / TIMESTAMP
+            if not stamp.exists():  # without a timestamp.txt, the time of grading counts
+                stamp.write_text(datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
             Autograde(coursedir=CourseDirectory(config=c), config=c).start()
             for graded in sorted((out / AUTOGRADED).rglob("*.ipynb")):
                 executed = nbformat.read(graded, as_version=4)
@@ -232,6 +294,11 @@ def grade_student(settings, student, workdir, db_url):
         else:
             result.files = {f"{FEEDBACK}/{student}/{settings.assignment}/{settings.assignment}.html":
                             explanation_page(student, settings.assignment, result)}
+    except KernelStartError as error:  # the host's fault: no grade, the earlier one stays
+        result = StudentResult(student=student, status=Status.ERROR, host_fault=True,
+                               error=f"a fault of the grading host: {error}"[:500],
+                               log=traceback.format_exc()[-4000:])
+        logging.getLogger("autograder").error("%s: %s", student, result.log)
     except Exception as error:
         result.status, result.error = Status.ERROR, f"{type(error).__name__}: {error}"[:500]
         result.log = traceback.format_exc()[-4000:]

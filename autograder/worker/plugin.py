@@ -25,6 +25,7 @@ from pathlib import Path
 from distributed import WorkerPlugin
 
 from ..core.nbgrader_config import SUBMITTED, prepare_nbgrader
+from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
 from ..sandbox.launcher import unavailable_reason
 from . import pipeline
@@ -43,9 +44,11 @@ class RunPayload:
 class GradingPlugin(WorkerPlugin):
     """Dask worker plugin: one run's scratch course and scratch gradebook on a worker process.
 
-    ``setup`` also does what a local worker has done before its first student: nbgrader and
-    the executor imported, and a sandboxed kernel launched and waiting (the *spare*, which
-    the first notebook takes; :class:`autograder.judge.execute.Spare`).
+    ``setup`` also does what a local worker does before its first student: nbgrader and
+    the executor imported, a kernel started and waited for (:func:`pipeline.preflight`: a
+    worker where no kernel can start fails its setup, and the client stops the run with one
+    line), and a sandboxed kernel launched and waiting (the *spare*, which the first
+    notebook takes; :class:`autograder.judge.execute.Spare`).
     """
 
     def __init__(self, payload):
@@ -57,7 +60,6 @@ class GradingPlugin(WorkerPlugin):
         if self.payload.settings.sandboxed and (reason := unavailable_reason()):
             raise RuntimeError(f"cannot grade untrusted notebooks safely on this worker: {reason}")
         workdir = Path(tempfile.mkdtemp(prefix=f"autograder-{self.payload.settings.run_id}-"))
-        os.chmod(workdir, 0o711)  # kernels (user nobody) reach their socket folders, nothing else
         release = workdir / "release"
         release.mkdir()
         for name, data in self.payload.release.items():
@@ -69,10 +71,11 @@ class GradingPlugin(WorkerPlugin):
         shutil.copy(template, workdir / "grader" / "gradebook.db")
         self.settings = replace(self.payload.settings, root=str(workdir / "course"),
                                 release_dir=str(release), template_db=str(template),
-                                workdir=str(workdir))
+                                workdir=str(workdir), socket_root=make_socket_root())
         prepare_nbgrader()
         import nbgrader.converters  # noqa: F401
 
+        fault = None
         if _GRADING.acquire(blocking=False):  # never wait here: this is the worker's event loop
             try:
                 # The newest run takes the process's one spare: a kernel waiting here is another
@@ -80,9 +83,12 @@ class GradingPlugin(WorkerPlugin):
                 # killed by its teardown on another worker). Another live run on this worker
                 # starts its next kernel on demand, once.
                 self.enter()
-                _launch_spare(self.config())
+                fault = pipeline.preflight(self.settings, self.db_url(), self.grader_dir() / "submitted")
             finally:
                 _GRADING.release()
+        if fault:  # Dask does not tear down a plugin whose setup failed
+            self.teardown()
+            raise RuntimeError(f"no grading kernel can start on this worker: {fault}")
 
     def teardown(self, worker=None):
         from ..judge.execute import Spare
@@ -98,6 +104,7 @@ class GradingPlugin(WorkerPlugin):
                 _GRADING.release()
         kill_run_cgroups(self.settings.run_id)  # the spare too, if a task holds the lock
         shutil.rmtree(self.settings.workdir, ignore_errors=True)
+        shutil.rmtree(self.settings.socket_root, ignore_errors=True)
 
     def enter(self):
         """Make this run the one whose kernels this process starts (environment, directory)."""
@@ -113,9 +120,8 @@ class GradingPlugin(WorkerPlugin):
     def grader_dir(self):
         return Path(self.settings.workdir) / "grader"
 
-    def config(self):
-        return pipeline.autograde_config(self.settings, f"sqlite:///{self.grader_dir() / 'gradebook.db'}",
-                                       pipeline.INTERNAL_ID, self.grader_dir() / "submitted")
+    def db_url(self):
+        return f"sqlite:///{self.grader_dir() / 'gradebook.db'}"
 
     def grade(self, student, files):
         """Grade one submission (``files``: name -> bytes) in this worker's scratch course."""
@@ -129,8 +135,7 @@ class GradingPlugin(WorkerPlugin):
             for name, data in files.items():
                 (folder / name).write_bytes(data)
             try:
-                return pipeline.grade_student(settings, student, self.grader_dir(),
-                                            f"sqlite:///{self.grader_dir() / 'gradebook.db'}")
+                return pipeline.grade_student(settings, student, self.grader_dir(), self.db_url())
             finally:
                 shutil.rmtree(submitted, ignore_errors=True)
 
@@ -140,15 +145,6 @@ _GRADING = threading.Lock()  # one submission at a time per worker process, what
 
 class _State:
     run = None  # the plugin whose environment (and spare kernel) this worker process has
-
-
-def _launch_spare(config):
-    """Launch a sandboxed kernel now, kept as the spare for this process's first notebook."""
-    from ..judge.execute import LimitedExecute, Spare
-
-    executor = LimitedExecute(config=config)
-    executor.kernel_name = "python3"  # the course's notebooks' kernel (nbgrader's default too)
-    Spare.keep(executor._launch())
 
 
 def grade_task(plugin_name, student, files):

@@ -260,7 +260,8 @@ def test_killed_workers_reschedule_once_and_two_kills_make_an_error(tmp_path, po
     with psycopg.connect(libpq_url(url)) as conn:
         counts = dict(conn.execute("SELECT student_id, count(*) FROM submitted_assignment"
                                    " GROUP BY student_id").fetchall())
-    assert counts == {s: 1 for s in rows}
+    # one row per graded student; none for the error, which records no zeros
+    assert counts == {s: 1 for s in rows if rows[s]["status"] == "ok"}
     client.wait_for_workers(2, timeout=120)  # the nannies replaced what was killed
 
 

@@ -1,0 +1,309 @@
+"""Faults of the grading host, injected for real on a real class: never a student's grade.
+
+The toy fixture's class of three (``correct``, ``partial``, and ``zlate``, whose folder has
+no ``timestamp.txt`` and is graded last by the same worker) is graded from a course folder
+nested deep under a ``TMPDIR`` of 200 characters: the kernels' Unix sockets must not depend
+on either, and ``zlate`` must be late (the time of grading counts without a
+``timestamp.txt``), not take its classmate's submission time. Then the same class is graded
+again on a broken host: a ``bwrap`` that cannot start kernels (all of them: the run stops
+within a minute, one line, exit 1; or all but the first: the students are ``error``, the
+circuit breaker stops the run), a broken kernel boot, a full ``autograded/`` (a small tmpfs),
+a read-only ``feedback/`` (a read-only bind mount: root ignores mode bits) and a grading
+worker killed with SIGKILL mid-student. Each time: one line and no traceback, the earlier
+grades stay in the gradebook (no zeros recorded), the run ends within its bound, and the
+next ``grade`` finishes the rest with the scores of an undisturbed run.
+"""
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.host.release import generate
+from autograder.judge.kernel_manager import (SUN_PATH_MAX, SocketPathError, check_socket_path,
+                                             make_socket_root)
+from autograder.sandbox.launcher import unavailable_reason
+from test_grading_e2e import Class, points
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "course" / "solutions" / "toy"
+AID = "toy"
+DUE = "2026-11-20T23:59:00+00:00"
+DUE_NAIVE = datetime(2026, 11, 20, 23, 59)  # as the gradebook holds times: naive UTC
+ON_TIME = "2026-11-20 10:00:00.000000 UTC"
+MISSING = unavailable_reason()
+AS_ROOT = os.geteuid() == 0
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
+needs_root = pytest.mark.skipif(not AS_ROOT, reason="mounting a small file system needs root")
+
+
+def long_folder(base, length):
+    """A folder under ``base`` whose path is ``length`` characters long (or one more)."""
+    path = str(base)
+    while len(path) < length:
+        path += "/" + "t" * max(1, min(100, length - len(path) - 1))
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return Path(path)
+
+
+def run_grade(root, *args, env=None, grader=REPO, timeout=600):
+    """``python -m autograder grade toy`` in ``root`` (the grader from ``grader``): the process,
+    its seconds."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(grader)}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", AID, "--root", str(root),
+                           "--no-progress", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def scores(root, times=True):
+    """``{student: (score, late penalty, submission time)}`` in the class gradebook (without
+    the times: a re-grade moves the time of ``zlate``, graded without a timestamp.txt)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        return {s.student.id: (s.score, s.late_submission_penalty, s.timestamp if times else None)
+                for s in gb.assignment_submissions(AID)}
+
+
+def rows(root):
+    with open(root / "grades.csv", newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+def one_line_stop(proc, *words):
+    """The run stopped with exit status 1 and one line (no traceback) holding ``words``."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    for word in words:
+        assert word in last, last
+    return last
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """The class, graded once from a deep course path under a 200-character TMPDIR."""
+    base = tmp_path_factory.mktemp("faults")
+    root = long_folder(base / "courses", len(str(base)) + 150) / "toy-course"
+    shutil.copytree(FIXTURE, root / "solutions" / AID)
+    (root / "course.toml").write_text(f'[late]\npolicy = "10%/day,cap=50%"\n'
+                                      f'[assignments."{AID}"]\ndue = "{DUE}"\n')
+    source = nbformat.read(root / "solutions" / AID / f"{AID}.ipynb", as_version=4)
+    release = nbformat.read(generate(AID, root, release_dir=base / "release") / f"{AID}.ipynb",
+                            as_version=4)
+    klass = Class(source, release)
+    first = klass.parts[0][0]
+    for student, nb in {"correct": klass.notebook(), "partial": klass.notebook(solved={first}),
+                        "zlate": klass.notebook()}.items():
+        folder = root / "submitted" / student / AID
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{AID}.ipynb")
+        if student != "zlate":
+            (folder / "timestamp.txt").write_text(ON_TIME)
+    tmpdir = long_folder(base / "tmp", 200)
+    proc, seconds = run_grade(root, "--jobs", "1", env={"TMPDIR": str(tmpdir)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dict(root=root, klass=klass, tmpdir=tmpdir, base=base, seconds=seconds,
+                graded=scores(root), out=proc.stdout)
+
+
+def assert_grades_kept(course, times=True):
+    """The gradebook holds the first run's grades: no zero recorded for a host's fault."""
+    assert scores(course["root"], times) == scores_of(course["graded"], times)
+
+
+def scores_of(graded, times):
+    return {s: (score, penalty, when if times else None) for s, (score, penalty, when) in graded.items()}
+
+
+# -- socket paths ------------------------------------------------------------------------------
+def test_socket_paths_fit_whatever_tmpdir_and_course_path(course):
+    klass, graded = course["klass"], course["graded"]
+    assert len(str(course["tmpdir"])) >= 200 and len(str(course["root"])) > 150
+    assert graded["correct"][0] == klass.total
+    assert graded["partial"][0] == points(klass.parts[0])
+    assert {r["status"] for r in rows(course["root"]).values()} == {"ok"}
+
+
+def test_a_socket_root_is_short_private_and_checked(tmp_path):
+    root = make_socket_root()
+    try:
+        assert len(root) < 40 and Path(root).parent == Path("/tmp")
+        assert Path(root).stat().st_mode & 0o777 == 0o711 and Path(root).stat().st_uid == os.geteuid()
+        check_socket_path(f"{root}/kernel-abcdefgh/k")
+    finally:
+        os.rmdir(root)
+    with pytest.raises(SocketPathError, match=str(SUN_PATH_MAX)):
+        check_socket_path(str(long_folder(tmp_path, 120) / "k"))
+
+
+# -- state carried from one student to the next ----------------------------------------------
+def test_a_submission_without_timestamp_is_late_not_its_classmates_time(course):
+    correct, zlate = course["graded"]["correct"], course["graded"]["zlate"]
+    assert correct[1] == 0 and str(correct[2]).startswith("2026-11-20 10:00")
+    assert zlate[2] is not None and zlate[2] > correct[2]  # the time of grading, not correct's
+    days = -(-(zlate[2] - DUE_NAIVE).total_seconds() // 86400)
+    assert zlate[1] == pytest.approx(min(0.1 * days, 0.5) * course["klass"].total)
+    row = rows(course["root"])["zlate"]
+    assert row["late_penalty"] and float(row["score"]) == pytest.approx(zlate[0] - zlate[1])
+
+
+# -- a sandbox that cannot start kernels --------------------------------------------------------
+def fake_bwrap(folder, passes):
+    """A ``bwrap`` first on PATH that starts ``passes`` kernels (the real bwrap), then fails
+    every kernel; the launcher's availability probe still works."""
+    folder.mkdir(parents=True, exist_ok=True)
+    count = folder / "kernels"
+    count.write_text("")
+    script = folder / "bwrap"
+    script.write_text(f"""#!/bin/sh
+case "$*" in *connection.json*)
+  echo x >> {count}
+  if [ "$(wc -l < {count})" -gt {passes} ]; then echo "bwrap: injected fault" >&2; exit 1; fi;;
+esac
+exec {shutil.which('bwrap')} "$@"
+""")
+    script.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_no_kernel_can_start_stops_the_run_within_a_minute(course, tmp_path):
+    proc, seconds = run_grade(course["root"], "--jobs", "2", "--force",
+                              env=fake_bwrap(tmp_path / "bin", passes=0))
+    one_line_stop(proc, "no grading kernel can start", "injected fault")
+    assert seconds < 60
+    assert_grades_kept(course)
+
+
+def test_kernels_that_stop_starting_make_errors_then_stop_the_run(course, tmp_path):
+    # the worker's preflight kernel starts; every later kernel fails
+    proc, seconds = run_grade(course["root"], "--jobs", "1", "--force",
+                              env=fake_bwrap(tmp_path / "bin", passes=1))
+    one_line_stop(proc, "in a row could not be graded", "grading host")
+    assert seconds < 120
+    assert_grades_kept(course)
+    found = rows(course["root"])
+    assert {r["status"] for r in found.values()} == {"error"}
+    for student, row in found.items():
+        assert "fault of the grading host" in row["error"] and "\n" not in row["error"]
+        assert float(row["score"]) == pytest.approx(course["graded"][student][0]
+                                                    - course["graded"][student][1])
+    again, _ = run_grade(course["root"], "--jobs", "1")  # no stamps: the class again
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert_grades_kept(course, times=False)
+    assert {r["status"] for r in rows(course["root"]).values()} == {"ok"}
+
+
+def test_a_broken_kernel_boot_stops_the_run(course, tmp_path):
+    grader = tmp_path / "grader"
+    shutil.copytree(REPO / "autograder", grader / "autograder",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (grader / "autograder" / "kernel" / "boot.py").write_text("raise SystemExit('broken venv')\n")
+    proc, seconds = run_grade(course["root"], "--jobs", "1", "--force", grader=grader)
+    one_line_stop(proc, "no grading kernel can start", "broken venv")
+    assert seconds < 60
+    assert_grades_kept(course, times=False)
+
+
+# -- the course's folders --------------------------------------------------------------------
+@pytest.fixture
+def mounted():
+    """Mount points to unmount after the test, whatever happens."""
+    points = []
+    yield points
+    for point in reversed(points):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@needs_root
+def test_a_full_autograded_folder_stops_the_run_and_the_next_run_finishes(course, mounted):
+    root = course["root"]
+    target = root / "autograded"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(target)], check=True)
+    mounted.append(target)
+    filler = target / "filler"
+    with open(filler, "wb", buffering=0) as f:  # fill it to the last byte
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                f.write(b"\0" * 4096)
+    proc, _ = run_grade(root, "--jobs", "1")
+    one_line_stop(proc, "No space left on device")
+    assert_grades_kept(course, times=False)  # the gradebook first (the same scores), then the files failed
+    filler.unlink()
+    again, _ = run_grade(root, "--jobs", "1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert_grades_kept(course, times=False)
+    for student in course["graded"]:
+        assert (target / student / AID / f"{AID}.ipynb").exists()
+
+
+@needs_root
+def test_a_read_only_feedback_folder_stops_the_run_and_the_next_run_finishes(course, mounted):
+    root = course["root"]
+    target = root / "feedback"
+    subprocess.run(["mount", "--bind", str(target), str(target)], check=True)
+    mounted.append(target)
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
+    proc, _ = run_grade(root, "--jobs", "1", "--force")
+    one_line_stop(proc, "Read-only file system")
+    assert_grades_kept(course, times=False)
+    subprocess.run(["umount", str(target)], check=True)
+    mounted.remove(target)
+    again, _ = run_grade(root, "--jobs", "1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Unchanged since last graded" in again.stdout  # only the one not recorded
+    assert_grades_kept(course, times=False)
+    assert all((target / s / AID / f"{AID}.html").exists() for s in course["graded"])
+
+
+# -- a grading worker killed -----------------------------------------------------------------
+def children(pid):
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def test_a_killed_worker_is_an_error_that_keeps_the_earlier_grade(course, tmp_path):
+    root, klass = course["root"], course["klass"]
+    path = root / "submitted" / "partial" / AID / f"{AID}.ipynb"
+    honest = path.read_bytes()
+    nbformat.write(klass.notebook(solved={klass.parts[0][0]}, change=klass.prepend(
+        0, "import time\ntime.sleep(120)\n")), path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", AID, "--root", str(root),
+                             "--no-progress", "--jobs", "1", "--timeout-cell", "300"], cwd=root,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        staged = f"autograder-*/worker0/submitted/*/{AID}/*.ipynb"
+        while not list(tmp_path.glob(staged)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # until the worker has staged the student: grading has begun
+        time.sleep(3)
+        [worker] = [pid for pid in children(proc.pid) if children(pid)]  # the one with kernels
+        os.kill(worker, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        assert time.monotonic() - killed < 60
+    finally:
+        proc.kill()
+        path.write_bytes(honest)
+    assert proc.returncode == 0 and "Traceback" not in out + err, err[-3000:]
+    row = rows(root)["partial"]
+    assert row["status"] == "error" and "worker died" in row["error"], row
+    assert_grades_kept(course, times=False)
+    again, _ = run_grade(root, "--jobs", "1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert rows(root)["partial"]["status"] == "ok"
+    assert_grades_kept(course, times=False)
