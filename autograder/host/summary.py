@@ -180,7 +180,7 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
         ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.similar)),
         ("Which notebook was graded", lambda r: r.message if r.status == Status.OK else ""),
         ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in (Status.MISSING, Status.UNREADABLE) else ""),
-        ("Errors (scored 0; worker logs in logs/)", lambda r: r.error or "" if r.status == Status.ERROR else ""),
+        ("Errors (not graded: the earlier grade, if any, is kept; worker logs in logs/)", lambda r: r.error or "" if r.status == Status.ERROR else ""),
     ]
     for title, describe in sections:
         lines = [(r.student, describe(r)) for r in results if describe(r)]
