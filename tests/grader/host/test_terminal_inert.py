@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autograder.core.gradebook import open_gradebook
 from autograder.core.results import LimitEvent, LimitKind, Status, StudentResult
 from autograder.host.roster import RosterReport
@@ -57,6 +59,7 @@ def test_summary_escapes_ids_file_names_and_messages(tmp_path):
         assert escaped in text, escaped
 
 
+@pytest.mark.slow  # two runs of the command line
 def test_roster_command_escapes_what_it_lists(tmp_path):
     db = tmp_path / "gradebook.db"
     with open_gradebook(f"sqlite:///{db}") as gb:

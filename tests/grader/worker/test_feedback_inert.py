@@ -10,6 +10,7 @@ grading run and a live formgrader are in ``tests/grader/test_formgrader_browser.
 
 import base64
 import copy
+import functools
 import hashlib
 import re
 import shutil
@@ -54,19 +55,25 @@ def notebooks(tmp_path_factory):
                   "outputs": outputs, "cells": hostile.hostile_cells(source, release, HIT)}
 
 
-def render(root, nb, template, sanitized=True):
+@functools.lru_cache(maxsize=None)
+def exporter(root, template, sanitized):
+    """One exporter per template and setting (compiling the templates costs a second each)."""
     c = course_config(root) if sanitized else Config()
     c.HTMLExporter.template_name = template
     if template in ("feedback", "formgrade"):  # as nbgrader's GenerateFeedback and formgrader set them
         c.HTMLExporter.extra_template_basedirs = [str(NBGRADER_TEMPLATES)]
         c.HTMLExporter.extra_template_paths = [str(NBGRADER_TEMPLATES.parent / "static" / "node_modules"
                                                    / "bootstrap" / "dist" / "css")]
+    return HTMLExporter(config=c)
+
+
+def render(root, nb, template, sanitized=True):
     nb = nbformat.from_dict(copy.deepcopy(nb))
     for cell in nb.cells:  # the scores nbgrader's GetGrades puts in for the feedback template
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade"):
             meta["score"] = meta.get("points", 0)
-    page, _ = HTMLExporter(config=c).from_notebook_node(nb, resources=dict(RESOURCES))
+    page, _ = exporter(root, template, sanitized).from_notebook_node(nb, resources=dict(RESOURCES))
     return page
 
 
