@@ -122,7 +122,7 @@ def scores_section(stats, out, figures):
     figures["scores"] = [dict(zip(("range", "autograded", "final"), r)) for r in rows]
     anchor = "scores"
     svg = ui.histograms([("autograded", ui.ACCENT, auto), ("final", ui.SECOND, final)], edges,
-                        "% of the maximum", "Score distribution", ui.figure_id(anchor))
+                        "% of the maximum", ui.figure_id(anchor))
     return Section("Score distribution", anchor,
                    "Autograded: the judge's points only. Final: manual grades over the automatic "
                    "ones, extra credit added, the late penalty taken off (never below 0).",
@@ -142,7 +142,7 @@ def tests_section(stats, out, figures):
     figures["tests"] = [dict(zip(header, r)) for r in rows]
     anchor = "tests"
     svg = ui.bars([r[5] for r in rows], [f"{r[0].replace('Part ', 'P')} {r[2]}" for r in rows],
-                  "% of submissions passed", "Test cells passed", ui.figure_id(anchor), limit=100)
+                  "% of submissions passed", ui.figure_id(anchor), limit=100)
     return Section("Test cells by part", anchor,
                    "A test cell passes with full marks from the judge. Each part tests the concept "
                    "its heading in the source notebook names.", svg,
@@ -226,7 +226,7 @@ def time_section(stats, out, figures, who):
         for v in values:
             counts[min(9, int(10 * v / top))] += 1
         svg = ui.histograms([("submissions", ui.ACCENT, counts)], edges, "seconds",
-                            "Grading time per submission", ui.figure_id(anchor))
+                            ui.figure_id(anchor))
         q = statistics.quantiles(values, n=10) if len(values) > 1 else values * 9
         tables.append(Table("Grading time (seconds)", ["statistic", "seconds"], [
             ["submissions", len(values)], ["median", num(statistics.median(values))],

@@ -23,6 +23,7 @@ import base64
 import hashlib
 import html
 import io
+import warnings
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -49,6 +50,15 @@ def phone_text_px(width_in=FIG_WIDTH_IN, text_pt=MIN_TEXT_PT, column_px=PHONE_CO
     return text_pt * 96 / 72 * min(1.0, column_px / natural_px)
 
 
+LABEL_CHARS = 18            # longer tick labels are cut (the table beside has them whole)
+
+
+def short(label, limit=LABEL_CHARS):
+    """A tick label of at most ``limit`` characters (``…`` marks a cut)."""
+    label = str(label)
+    return label if len(label) <= limit else label[:limit - 1] + "…"
+
+
 def esc(value):
     """Any value as HTML text (quotes included): markup in it is shown, never parsed."""
     return html.escape(str(value), quote=True)
@@ -69,6 +79,7 @@ REPORT_RC = {
     "text.color": INK, "axes.labelcolor": INK, "axes.edgecolor": INK, "xtick.color": INK,
     "ytick.color": INK, "grid.color": GRID, "grid.alpha": 1.0, "axes.titleweight": "bold",
     "font.family": "DejaVu Sans", "axes.titlelocation": "left",
+    "text.parse_math": False,  # a student id with $...$ is text, not TeX for mathtext
 }
 
 
@@ -83,8 +94,10 @@ def svg(fig, name):
         matplotlib.rcParams.update(REPORT_RC)
         matplotlib.rcParams["svg.hashsalt"] = name
         buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None},
-                    bbox_inches="tight", pad_inches=0.05)
+        with warnings.catch_warnings():  # "not compatible with tight_layout": it still fits
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout(pad=0.4)  # inside its width, whatever the labels: phones rely on it
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     text = buffer.getvalue()
     text = text[text.index("<svg"):]
     for colour, variable in ((INK, "--ink"), (GRID, "--grid"), (ACCENT, "--accent")):
@@ -103,22 +116,21 @@ def plotted(draw, name, height=3.0, width=FIG_WIDTH_IN):
         return svg(fig, name)
 
 
-def bars(values, labels, xlabel, title, name, limit=None, colour=ACCENT):
+def bars(values, labels, xlabel, name, limit=None, colour=ACCENT):
     """A horizontal bar chart, one bar per label, top to bottom."""
     def draw(fig):
         ax = fig.add_subplot()
         ax.barh(range(len(values)), values, color=colour)
-        ax.set_yticks(range(len(values)), labels)
+        ax.set_yticks(range(len(values)), [short(x) for x in labels])
         ax.invert_yaxis()
         ax.set_xlabel(xlabel)
         if limit is not None:
             ax.set_xlim(0, limit)
-        ax.set_title(title)
         ax.grid(axis="y", visible=False)
     return plotted(draw, name, height=max(2.2, 0.8 + 0.28 * len(values)))
 
 
-def histograms(series, edges, xlabel, title, name):
+def histograms(series, edges, xlabel, name):
     """Counts of each ``(label, colour, values)`` in ``series`` over ``edges``, side by side."""
     def draw(fig):
         ax = fig.add_subplot()
@@ -128,7 +140,6 @@ def histograms(series, edges, xlabel, title, name):
                    color=colour, label=label, align="edge")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("students")
-        ax.set_title(title)
         ax.legend(loc="upper left")
         ax.yaxis.get_major_locator().set_params(integer=True)
     return plotted(draw, name)
@@ -146,7 +157,8 @@ def phi_matrix(names, pairs, name):
 
     def draw(fig):
         ax = fig.add_subplot()
-        image = ax.imshow(grid, cmap=CMAP_DIVERGING, vmin=-1, vmax=1)
+        cmap = matplotlib.colormaps[CMAP_DIVERGING].with_extremes(bad=MISSING_COLOUR)
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-1, vmax=1)
         ax.set_xticks(range(len(names)), [n.replace("Part ", "P") for n in names])
         ax.set_yticks(range(len(names)), [n.replace("Part ", "P") for n in names])
         ax.grid(False)
@@ -155,8 +167,7 @@ def phi_matrix(names, pairs, name):
                 i, j = index[p.first], index[p.second]
                 for a, b in ((i, j), (j, i)):
                     ax.text(b, a, "*", ha="center", va="center", color="black", fontsize=14)
-        fig.colorbar(image, ax=ax, label="phi (* = more than chance)", shrink=0.9)
-        ax.set_title("Parts failed together")
+        fig.colorbar(image, ax=ax, label="phi (* = more than chance)", shrink=0.9, use_gridspec=True)
     return plotted(draw, name, height=3.4)
 
 
@@ -176,19 +187,15 @@ def heatmap(rows, assignments, name, labels=None):
         ax.set_xticks(range(len(assignments)), [a.split("-")[0] for a in assignments])
         ax.set_xlabel("assignment")
         if labels is not None:
-            ax.set_yticks(range(len(labels)), labels)
+            ax.set_yticks(range(len(labels)), [short(x) for x in labels])
         else:
             ax.set_ylabel(f"{len(rows)} students, best mean first")
             ax.set_yticks([])
         ax.grid(False)
         if late and len(rows) <= 200:
             xs, ys = zip(*late)
-            ax.scatter(xs, ys, s=14, c="white", edgecolors="black", linewidths=0.8, label="late")
-        ax.scatter([], [], s=40, marker="s", c=MISSING_COLOUR, label="missing")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 if labels is None else -0.12),
-                  ncols=2, frameon=False)
-        fig.colorbar(image, ax=ax, label="% of the maximum", shrink=0.9)
-        ax.set_title("Every student, every assignment")
+            ax.scatter(xs, ys, s=14, c="white", edgecolors="black", linewidths=0.8)
+        fig.colorbar(image, ax=ax, shrink=0.9, use_gridspec=True).ax.set_title("%")
     height = 4.0 if labels is None else max(3.0, 1.4 + 0.22 * len(labels))
     return plotted(draw, name, height=height)
 
@@ -207,7 +214,6 @@ def assignment_means(assignments, means, medians, completion, name):
         ax.set_ylabel("% of the maximum / class")
         ax.set_xlabel("assignment")
         ax.legend(loc="lower left", ncols=3, fontsize=MIN_TEXT_PT)
-        ax.set_title("Scores and completion")
     return plotted(draw, name, height=3.2)
 
 
@@ -218,11 +224,12 @@ def trajectories(lines, assignments, name):
         for k, (label, values) in enumerate(lines):
             ax.plot(range(len(values)), values, marker="o", label=label,
                     color=OKABE_ITO[k % (len(OKABE_ITO) - 1)] if k else ACCENT)
+        if lines:
+            ax.legend([short(label) for label, _ in lines], loc="lower left", fontsize=MIN_TEXT_PT)
         ax.set_xticks(range(len(assignments)), [a.split("-")[0] for a in assignments])
         ax.set_ylim(-5, 105)
         ax.set_ylabel("% of the maximum")
         ax.set_xlabel("assignment")
-        ax.set_title("Falling across the term")
     return plotted(draw, name)
 
 
