@@ -22,9 +22,9 @@ the next cell and before each judged call) it replaces, with counting wrappers,
 
 The probe (:mod:`autograder.kernel.probe`) asks for the count around each judged call
 with the audit event ``autograder.sdpa``; the hook answers ``(calls, intact)``, where
-``intact`` says that every wrapper is still where it was put and that nothing tried to
-add an audit hook after it (one could rewrite the answer: it is refused, and the attempt
-remembered). What an in-process hook
+``intact`` says that every wrapper is still where it was put. No audit hook can be added
+after this one (Python then drops the new hook silently): a later hook could rewrite the
+answer. What an in-process hook
 cannot see, and the judge's docs say so: code that reaches the original function
 another way than through these names (the wrapper's closure read through ``gc`` or
 ``__closure__``, ``ctypes`` into libtorch, a C extension), or that overwrites the
@@ -43,7 +43,7 @@ def install():
     """Add the audit hook that hooks SDPA once PyTorch is loaded and answers the probe."""
     calls = [0]
     hooked = []     # (owner, attribute, wrapper) of every wrapper put in place
-    state = {"busy": False, "other hooks": False}
+    state = {"busy": False}
 
     def counted(original):
         def scaled_dot_product_attention(*args, **kwargs):
@@ -101,12 +101,10 @@ def install():
         return True
 
     def intact():
-        return not state["other hooks"] and all(
-            owner.__dict__.get(attribute) is wrapper for owner, attribute, wrapper in hooked)
+        return all(owner.__dict__.get(attribute) is wrapper for owner, attribute, wrapper in hooked)
 
     def audit(event, args):
-        if event == "sys.addaudithook":  # a later hook could rewrite the answer: refuse it
-            state["other hooks"] = True
+        if event == "sys.addaudithook":  # a later hook could rewrite the answer: refused
             raise RuntimeError("the grader's kernel takes no other audit hooks")
         if pending and not state["busy"] and event in TRIGGERS:
             state["busy"] = True

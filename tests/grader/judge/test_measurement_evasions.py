@@ -17,9 +17,9 @@ code ran in the measuring kernel, up to the reply's bytes:
   ``subprocess``, a file in ``/tmp``, an anonymous and a file-backed ``mmap``.
 
 The honest tiled solution keeps its memory points. SDPA fetched by computed names is
-recorded by the judge as ``calls-sdpa`` (runtime, not source patterns), and removing the
-hooks, silencing the counter or adding an audit hook that could rewrite it is
-``probe-tampered``; flags never change a score.
+recorded by the judge as ``calls-sdpa`` (runtime, not source patterns), also when the
+student adds an audit hook to rewrite the count (refused); removing the hooks or silencing
+the counter is ``probe-tampered``. Flags never change a score.
 """
 
 import pytest
@@ -313,7 +313,7 @@ def test_a_lazy_tensor_earns_nothing_whatever_the_worker_graded_before(graded, c
     assert "must return a NumPy array, got Tensor" in cells[cheat]["p2_hidden"].message
 
 
-TAMPERED = ("sdpa-unhooked", "sdpa-silenced", "sdpa-forged")
+TAMPERED = ("sdpa-unhooked", "sdpa-silenced")  # sdpa-forged: its hook is refused, the call counted
 
 
 @pytest.mark.parametrize("cheat", [c for c in SDPA_CHEATS if c not in TAMPERED])

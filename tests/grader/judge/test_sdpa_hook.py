@@ -3,8 +3,8 @@
 A fresh Python process (no sandbox needed) runs :func:`autograder.kernel.boot.install` as the
 kernel's command does, imports PyTorch, and calls ``scaled_dot_product_attention`` by the names
 a student could compute; the count the probe reads (:func:`autograder.kernel.probe._sdpa_count`)
-must go up by one for each, cost microseconds, and say ``intact`` until a wrapper is removed
-or another audit hook is added. The sandboxed, end-to-end version is in
+must go up by one for each, cost microseconds, and say ``intact`` until a wrapper is removed;
+an audit hook added later (which could rewrite the answer) is refused. The sandboxed, end-to-end version is in
 ``test_measurement_evasions.py``.
 """
 
@@ -41,21 +41,21 @@ for call in calls:
     seen.append(probe._sdpa_count())
 wrapper = vars(F)[name]
 real = [c.cell_contents for c in wrapper.__closure__ if callable(c.cell_contents)][0]
-start = time.perf_counter()
-for _ in range(2000):
-    real(q, q, q)
-plain = time.perf_counter() - start
-start = time.perf_counter()
-for _ in range(2000):
-    wrapper(q, q, q)
-counted = time.perf_counter() - start
+best = {real: [], wrapper: []}  # the fastest of 40 rounds of 50 calls each: load only slows
+for _ in range(40):
+    for f in best:
+        start = time.perf_counter()
+        for _ in range(50):
+            f(q, q, q)
+        best[f].append((time.perf_counter() - start) / 50)
+plain, counted = min(best[real]), min(best[wrapper])
 setattr(F, name, real)
 seen.append(probe._sdpa_count())
 setattr(F, name, wrapper)
 seen.append(probe._sdpa_count())
 sys.addaudithook(lambda event, args: None)
 seen.append(probe._sdpa_count())
-print(json.dumps({"seen": seen, "overhead_us": (counted - plain) / 2000 * 1e6}))
+print(json.dumps({"seen": seen, "overhead_us": (counted - plain) * 1e6}))
 '''
 
 
@@ -67,7 +67,7 @@ def test_every_name_counts_and_removal_is_seen():
     report = json.loads(done.stdout.strip().splitlines()[-1])
     seen = report["seen"]
     assert seen[:8] == [[i, True] for i in range(8)]  # one more for each of the 7 names
-    assert seen[8] == [2007, False]  # the 2000 timed calls counted; a wrapper taken out
+    assert seen[8] == [2007, False]  # the 40 x 50 timed calls counted; a wrapper taken out
     assert seen[9] == [2007, True]   # ... and put back
-    assert seen[10] == [2007, False]  # another audit hook (refused) is remembered
+    assert seen[10] == [2007, True]   # another audit hook, which could rewrite it, is refused
     assert report["overhead_us"] < 50, report  # microseconds per call, on a loaded machine
