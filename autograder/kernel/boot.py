@@ -109,9 +109,12 @@ def install():
         if pending and not state["busy"] and event in TRIGGERS:
             state["busy"] = True
             try:
-                pending[:] = [step for step in pending if not step()]
-            except Exception:  # noqa: BLE001 - PyTorch half imported: try again at the next event
-                pass
+                for step in list(pending):  # each step once: a wrapper is never wrapped again
+                    try:
+                        if step():
+                            pending.remove(step)
+                    except Exception:  # noqa: BLE001 - PyTorch half imported: at the next event
+                        pass
             finally:
                 state["busy"] = False
         if event == EVENT and args and isinstance(args[0], list):
