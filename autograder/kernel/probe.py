@@ -24,7 +24,9 @@ an audit event (None when nothing answered: the student removed or replaced it).
 
 Nothing here decides a score, and no expected value ever reaches the kernel: the
 probe only carries inputs in and outputs out. A student may replace or break the
-probe; that can only change what their own functions appear to return.
+probe; that can only change what their own functions appear to return (and the SDPA
+record, whose absence the judge flags as ``probe-tampered``). A patched probe that
+defers work until ``fetch`` is still measured: the window closes after the reply.
 
 Everything crosses the boundary as JSON text whose arrays are ``.npy`` bytes
 (base64), read back with ``allow_pickle=False``: the worker never unpickles data
