@@ -73,11 +73,19 @@ def polish(page, nb, needs_manual=()):
             page = re.sub(re.escape(anchor) + r"(Written response|Coding free-response)</a> \(Score: [^)]*\)",
                           lambda m: f"{anchor}{m.group(1)}</a> (to be graded by hand)", page)
     page = MATHJAX_2.sub(lambda _: MATHJAX_3, page, count=1)
-    return with_csp(page.replace("</head>", WRAP_CSS + "\n</head>", 1))
+    if WRAP_CSS not in _head(page):  # ``feedback --students`` polishes the other pages again
+        page = page.replace("</head>", WRAP_CSS + "\n</head>", 1)
+    return with_csp(page)
+
+
+def _head(page):
+    return page[:page.find("</head>")]
 
 
 def with_csp(page):
-    """``page`` with :data:`CSP_META` first in its head, before anything it governs."""
+    """``page`` with :data:`CSP_META` first in its head, before anything it governs (once)."""
+    if CSP_META in _head(page):
+        return page
     return re.sub(r"<head[^>]*>", lambda m: m.group() + "\n" + CSP_META, page, count=1)
 
 

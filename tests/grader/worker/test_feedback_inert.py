@@ -133,6 +133,7 @@ def test_feedback_pages_carry_a_strict_policy():
                   "configuration --></head><body><p>hi</p></body></html>", nbformat.v4.new_notebook())
     head = page[:page.index("</head>")]
     assert head.index("Content-Security-Policy") < head.index("<script")
+    assert polish(page, nbformat.v4.new_notebook()) == page  # polishing again changes nothing
     digest = base64.b64encode(hashlib.sha256(MATHJAX_CONFIG.encode()).digest()).decode()
     assert f"<script>{MATHJAX_CONFIG}</script>" in page and f"'sha256-{digest}'" in CONTENT_SECURITY_POLICY
     for directive in ("default-src 'none'", "base-uri 'none'", "form-action 'none'", "img-src 'self' data:"):
