@@ -87,7 +87,7 @@ def assignment_page(stats, out, who, root, anonymize):
                 messages_section(stats, out, figures, who, root, anonymize),
                 together_section(stats, out, figures),
                 time_section(stats, out, figures, who),
-                flags_section(stats, out, figures, who),
+                flags_section(stats, out, figures, who, root, anonymize),
                 late_section(stats, out, figures, who),
                 roster_section(stats, out, figures, who)]
     mean_auto, median_auto = data.summary_numbers(stats.auto)
@@ -237,12 +237,12 @@ def time_section(stats, out, figures, who):
                    "From the stamp grade keeps beside each autograded submission.", svg, tables, [name])
 
 
-def flags_section(stats, out, figures, who):
+def flags_section(stats, out, figures, who, root, anonymize):
     aid = stats.assignment
-    rows = [[who(s), "limit", v] for s, v in stats.limits] + [[who(s), "flag", v] for s, v in stats.flags]
-    rows.sort()
+    rows = sorted([who(s), "limit", v, s] for s, v in stats.limits) + \
+        sorted([who(s), "flag", v, s] for s, v in stats.flags)
     header = ["student", "kind", "what"]
-    name = out.csv(f"{aid}.flags.csv", header, rows)
+    name = out.csv(f"{aid}.flags.csv", header, [r[:3] for r in rows])
     figures["flags"] = [dict(zip(header, r)) for r in rows]
     statuses = sorted(stats.statuses.items())
     return Section(
@@ -250,7 +250,9 @@ def flags_section(stats, out, figures, who):
         "From grades.csv: the limits each submission hit (timeout, crash, output ...), the "
         "suspicious-code flags and <code>similar-to-classmate</code> (check those by hand; the "
         "pairs are in the summary grade printed).",
-        "", [Table("Limits and flags", header, [[esc(c) for c in r] for r in rows[:HTML_ROWS]],
+        "", [Table("Limits and flags (students linked to their feedback pages)", header,
+                   [[esc(r[0]) if anonymize else example_link(root, r[3], aid), esc(r[1]), esc(r[2])]
+                    for r in rows[:HTML_ROWS]],
                    note=f"{len(rows) - HTML_ROWS} more in the CSV" if len(rows) > HTML_ROWS else ""),
              Table("Outcome of the last run (grades.csv)", ["status", "submissions"],
                    [[esc(k or "(none)"), v] for k, v in statuses])], [name])

@@ -46,6 +46,7 @@ import nbformat
 from ..core.cells import grade_id, is_test_cell, is_written_answer
 from ..core.gradebook import open_gradebook
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE
+from ..core.untrusted import csv_text
 
 STAMP = ".autograder.json"     # the driver's stamp beside an autograded submission
 GRADES_CSV = "grades.csv"
@@ -388,13 +389,17 @@ def gradebook_students(gb):
 
 # -- the run records --------------------------------------------------------------------------
 def grades_csv_rows(root, assignment):
-    """``{student: row}`` of ``grades.csv`` for ``assignment`` (empty without the file)."""
+    """``{student: row}`` of ``grades.csv`` for ``assignment`` (empty without the file).
+
+    Cells are read back as they were before ``grade`` made them inert for spreadsheets
+    (:func:`~autograder.core.untrusted.csv_text`): an id that looks like a formula is that id.
+    """
     path = Path(root) / GRADES_CSV
     if not path.is_file():
         return {}
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        return {row.get("student", ""): row for row in csv.DictReader(f)
-                if row.get("assignment") == assignment}
+        rows = ({k: csv_text(v or "") for k, v in row.items() if k} for row in csv.DictReader(f))
+        return {row.get("student", ""): row for row in rows if row.get("assignment") == assignment}
 
 
 def graded_folders(root, assignment):

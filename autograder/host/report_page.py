@@ -8,7 +8,7 @@ styles only by the hashes of the page's own ``<style>`` elements (plus ``style``
 attributes, which matplotlib's SVG uses), images only from ``data:``.
 
 Everything a submission controls (student ids, failure messages, flags) is data: it reaches
-the page only through :func:`esc` (``html.escape``), a link only through :func:`href`
+the page only through :func:`esc` (``html.escape`` of :func:`~autograder.core.untrusted.printable`), a link only through :func:`href`
 (every path segment percent-encoded), so markup in it is shown as text, never run, whatever
 it holds. The pages follow the reader's light or dark setting (``prefers-color-scheme``):
 the figures draw their text, axes and first series in placeholder colours that become CSS
@@ -33,6 +33,7 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402
 
+from ..core.untrusted import printable  # noqa: E402
 from transformer_ref.plotting import CMAP, CMAP_DIVERGING, OKABE_ITO, use_book_style  # noqa: E402
 
 FIG_WIDTH_IN = 4.2          # 302 pt = 403 CSS px: a 358 px phone column shows it at 89 %
@@ -60,8 +61,10 @@ def short(label, limit=LABEL_CHARS):
 
 
 def esc(value):
-    """Any value as HTML text (quotes included): markup in it is shown, never parsed."""
-    return html.escape(str(value), quote=True)
+    """Any value as HTML text: markup in it is shown, never parsed (quotes included), and
+    control characters and bidirectional overrides are shown as escapes (``\\u202e``), so
+    that a student's text cannot reorder what the reader sees around it."""
+    return html.escape(printable(value), quote=True)
 
 
 def href(*segments):

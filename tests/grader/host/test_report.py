@@ -46,6 +46,14 @@ def test_messages_with_other_numbers_and_ids_are_one_message():
     assert data.normalize_message("x" * 1000).endswith("…") and len(data.normalize_message("x" * 1000)) == 400
 
 
+def test_page_text_is_escaped_and_cannot_reorder_what_is_shown():
+    from autograder.host.report_page import esc, href
+
+    assert esc('<b a="1">&') == "&lt;b a=&quot;1&quot;&gt;&amp;"
+    assert esc("ab\u202ecd\x1b[2J") == "ab\\u202ecd\\x1b[2J"  # shown as escapes, not obeyed
+    assert href("..", "feedback", 'x"><a', "p q.html") == "../feedback/x%22%3E%3Ca/p%20q.html"
+
+
 def exact_fisher(a, b, c, d):
     """P(X >= a) for the hypergeometric margins of the table, by exact integer counting."""
     row, col, n = a + b, a + c, a + b + c + d
@@ -346,6 +354,8 @@ def test_hostile_text_is_escaped_and_csv_cells_are_inert(graded):
     with open(graded["root"] / "reports" / "index.matrix.csv", newline="") as f:
         students = [row["student"] for row in csv.DictReader(f)]
     assert "'" + HOSTILE_ID in students and HOSTILE_ID not in students  # text, never a formula
+    flagged = {r["student"] for r in page_data(graded, "01-rope")["flags"]}
+    assert flagged and flagged <= set(ROSTER)  # grades.csv's inert cells read back as the ids
     assert "Content-Security-Policy" in html and "script-src" not in html and "default-src 'none'" in html
 
 
