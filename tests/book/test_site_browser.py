@@ -10,13 +10,17 @@ Every page is also audited once, in one browser tab that is switched between thr
 (1280 px light, 1280 px dark, 390 px light): nothing scrolls sideways on a phone outside a
 scroll container and nothing is cut off at the right; every table, image, SVG and display
 equation fits its column at 1280 px, and every display equation at 390 px too; every figure's
-smallest text is at least 9 pt as shown at 1280 px; table
+smallest text is at least 9 pt as shown at 1280 px, and on a phone at least as large as the
+figure's caption; printouts keep their lines on a phone (they scroll, never wrap); in dark
+mode every figure is shown unfiltered on its white panel; table
 headers meet WCAG AA contrast in light and dark mode; no output shows an object repr
 (``<... at 0x...>``); axe-core (``node_modules``, pinned in ``package-lock.json``) finds no
 WCAG 2.0/2.1 A or AA violation in light or dark mode; every page has a favicon and exactly
 one search box; search results quote no raw TeX.
 
-Set ``BOOK_SCREENSHOTS=<dir>`` to also save a full-page PNG of every page there.
+Set ``BOOK_SCREENSHOTS=<dir>`` to also save a full-page PNG of every page there (and, from the
+audit, ``<page>.phone.png`` at 390 px and ``<page>.dark.png`` in dark mode), e.g.
+``BOOK_SCREENSHOTS=/tmp/shots .venv/bin/python -m pytest tests/book/test_site_browser.py -k 06-flash``.
 """
 
 import functools
@@ -332,12 +336,43 @@ SEARCH_BOXES_JS = """() => [...document.querySelectorAll(
   .map(el => el.outerHTML.slice(0, 80))"""
 
 # Every image a cell made (myst-nb writes them to _images/; a glued figure's <img> sits in its
-# <figure>, not in a cell output): the width the page shows it at and the width of the PNG.
-FIGURE_SCALE_JS = """() => [...document.querySelectorAll('article img[src*="_images/"]')].map(img => {
-  const figure = img.closest('figure');
-  return {where: (figure && figure.id) || img.getAttribute('src'),
-          shown: img.getBoundingClientRect().width, natural: img.naturalWidth};
-})"""
+# <figure>, not in a cell output): the width the page shows it at, the width of the PNG, the
+# font size of its caption (CSS px; of the page's first caption for an image without one),
+# and how it is drawn (the theme's dark mode puts a CSS filter on images).
+FIGURE_SCALE_JS = """() => {
+  const size = el => el ? parseFloat(getComputedStyle(el.querySelector('p') || el).fontSize) : null;
+  const pageCaption = size(document.querySelector('article figcaption'));
+  return [...document.querySelectorAll('article img[src*="_images/"]')].map(img => {
+    const figure = img.closest('figure');
+    const style = getComputedStyle(img);
+    return {where: (figure && figure.id) || img.getAttribute('src'),
+            shown: img.getBoundingClientRect().width, natural: img.naturalWidth,
+            caption: (figure && size(figure.querySelector('figcaption'))) || pageCaption,
+            filter: style.filter, background: style.backgroundColor};
+  });
+}"""
+
+# Printouts (stream and plain-text outputs) whose lines the browser wrapped: more line boxes
+# on screen than lines in the text. Aligned columns of numbers must scroll, not wrap.
+WRAPPED_PRINTOUTS_JS = """() => {
+  const out = [];
+  for (const pre of document.querySelectorAll(
+      'article .cell_output .output.stream pre, article .cell_output .output.text_plain pre')) {
+    if (!pre.checkVisibility({visibilityProperty: true})) continue;
+    const lines = pre.textContent.split('\\n').filter(line => line.length > 0).length;
+    const tops = [];
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      for (const r of range.getClientRects()) if (r.width > 0) tops.push(r.top);
+    }
+    tops.sort((a, b) => a - b);
+    const shown = tops.filter((top, i) => i === 0 || top - tops[i - 1] > 3).length;   // line boxes
+    if (shown > lines) out.push({text: pre.textContent.trim().slice(0, 60), lines, shown});
+  }
+  return out;
+}"""
 
 FAVICON_JS = """async () => {
   const link = document.querySelector('link[rel~="icon"]');
@@ -377,6 +412,7 @@ def audit_page(browser, site, doc):
         for mode in ("light", "dark"):
             set_theme(page, mode)
             report[f"contrast_{mode}"] = page.evaluate(HEADER_CONTRAST_JS)
+            report[f"figures_{mode}"] = page.evaluate(FIGURE_SCALE_JS)
             if AXE.is_file():
                 rules = ["tag", AXE_TAGS] if mode == "light" else ["rule", AXE_COLOUR_RULES]
                 report[f"axe_{mode}"] = page.evaluate(AXE_RUN_JS, rules)
@@ -384,6 +420,8 @@ def audit_page(browser, site, doc):
         page.set_viewport_size({"width": PHONE, "height": 844})
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
         report["phone"] = page.evaluate(OVERFLOW_JS)
+        report["phone_figures"] = page.evaluate(FIGURE_SCALE_JS)
+        report["phone_wrapped"] = page.evaluate(WRAPPED_PRINTOUTS_JS)
         if os.environ.get("BOOK_SCREENSHOTS"):
             target = Path(os.environ["BOOK_SCREENSHOTS"]) / f"{doc.replace('/', '_')}.phone.png"
             page.screenshot(path=str(target), full_page=True)
@@ -460,6 +498,38 @@ def test_figure_text_is_at_least_9_pt_as_shown(audit, doc):
              f"({f['natural']} px PNG shown {f['shown']:.0f} px)"
              for f in figures if figure_text_px(f["shown"], f["natural"]) < MIN_TEXT_PX]
     assert not small, f"{doc}: figure text below {MIN_TEXT_PX} px (9 pt) at {DESKTOP} px: {small}"
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_figure_text_is_as_large_as_the_caption_on_a_phone(audit, doc):
+    """At 390 px every figure's smallest text is at least as large as its caption's text
+    (``custom.css`` shows figures at their own pixel size there, scrolling inside the figure,
+    rather than shrinking an 8-inch figure's text to about 6 px)."""
+    figures = audit(doc)["phone_figures"]
+    assert len(figures) == len(audit(doc)["figures"]), f"{doc}: not every figure measured at {PHONE} px"
+    small = [f"{f['where']}: {figure_text_px(f['shown'], f['natural']):.1f} px < caption "
+             f"{f['caption']:.1f} px ({f['natural']} px PNG shown {f['shown']:.0f} px)"
+             for f in figures if figure_text_px(f["shown"], f["natural"]) < f["caption"] - 0.05]
+    assert not small, f"{doc}: figure text smaller than the caption at {PHONE} px: {small}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_printouts_do_not_wrap_on_a_phone(audit, doc):
+    wrapped = audit(doc)["phone_wrapped"]
+    assert not wrapped, f"{doc}: printouts wrapped at {PHONE} px (they should scroll): {wrapped}"
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_figures_are_unfiltered_on_white_in_dark_mode(audit, doc):
+    """The theme's dark mode dims images (``filter: brightness(.8) contrast(1.2)``); figures
+    keep their colours on the white panel that ``custom.css`` gives them."""
+    made = (HTML / f"{doc}.html").read_text(encoding="utf-8").count('src="../_images/')
+    for mode in ("light", "dark"):
+        figures = audit(doc)[f"figures_{mode}"]
+        assert len(figures) == made, f"{doc}: {len(figures)} of the {made} cell-made images measured in {mode} mode"
+        wrong = [f"{f['where']}: filter {f['filter']}, background {f['background']}" for f in figures
+                 if f["filter"] != "none" or (mode == "dark" and f["background"] != "rgb(255, 255, 255)")]
+        assert not wrong, f"{doc}: figures drawn with a filter or off the white panel in {mode} mode: {wrong}"
 
 
 @pytest.mark.parametrize("doc", DOCS)
