@@ -39,6 +39,14 @@ MARKDOWN = [
     ("mxss-noscript", '<noscript><p title="</noscript><img src=x onerror={js}>"></noscript>'),
     ("mxss-math", "<math><mtext><table><mglyph><style><img src=x onerror={js}>"),
     ("video-source", '<video><source onerror="{js}"></video>'),
+    ("entity-javascript", '<a href="&#106;avascript:{js}">entity</a>'),
+    ("tab-javascript", '<a href="java\tscript:{js}">tab</a>'),
+    ("svg-animate", '<svg><animate onbegin="{js}" attributeName="x" dur="1s"/></svg>'),
+    ("body-onload", '<body onload="{js}">'),
+    ("table-background", '<table background="{hit}/table"><tr><td>t</td></tr></table>'),
+    ("input-image", '<input type="image" src="{hit}/input">'),
+    ("math-href", '<math href="javascript:{js}"><mi>x</mi></math>'),
+    ("xmp-breakout", '<xmp><p title="</xmp><img src=x onerror={js}>"></xmp>'),
 ]
 
 # code run in the sandboxed kernel, one display per MIME type (and metadata) family
