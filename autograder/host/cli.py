@@ -23,6 +23,7 @@ Instructor workflow (run from the course root, the repository root):
   5. grade manual answers in nbgrader's formgrader if needed, then
      python -m autograder feedback 01-rope   regenerate feedback/ with those scores
   6. python -m autograder export             one CSV of the whole gradebook
+  7. python -m autograder report             what the class got wrong: reports/*.html
 See autograder/README.md for the details of limits and of the summary."""
 
 GRADE_HELP = """\
