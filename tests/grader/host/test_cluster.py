@@ -104,9 +104,11 @@ def make_course(root, klass, assignment="toy"):
 
 
 def csv_rows(root):
-    """grades.csv without the wall-clock column (the one thing that differs run to run)."""
+    """grades.csv without the wall-clock columns (what differs run to run): ``seconds``, and
+    ``submitted_at``, the time of grading for these submissions without a timestamp.txt."""
     with open(root / "grades.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(f)]
+        return [{k: v for k, v in row.items() if k not in ("seconds", "submitted_at")}
+                for row in csv.DictReader(f)]
 
 
 def feedback(root):
