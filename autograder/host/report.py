@@ -149,7 +149,7 @@ def tests_section(stats, out, figures):
                    "A test cell passes with full marks from the judge. Each part tests the concept "
                    "its heading in the source notebook names.", svg,
                    [Table("Pass rate of each test cell", header,
-                          [[esc(r[0]), f"<code>{esc(r[1])}</code>" if r[1] else "", esc(r[2]),
+                          [[esc(r[0]), f"<code>{esc(r[1].strip('`'))}</code>" if r[1] else "", esc(r[2]),
                             r[3], r[4], r[5]] for r in rows])], [name])
 
 

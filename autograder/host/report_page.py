@@ -300,7 +300,7 @@ table { border-collapse: collapse; font-size: 0.9rem; }
 caption { text-align: left; font-weight: 600; padding: 0.25rem 0; }
 th, td { border-bottom: 1px solid var(--rule); padding: 0.25rem 0.5rem; text-align: left;
   vertical-align: top; max-width: 28rem; }
-thead th { white-space: nowrap; }
+thead th, th[scope="row"] { white-space: nowrap; }
 td code { display: inline-block; min-width: 14rem; overflow-wrap: anywhere; }
 thead th { background: var(--head); }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }

@@ -107,6 +107,7 @@ def test_pseudonyms_are_stable_keyed_and_private(tmp_path):
     assert data.Pseudonyms(tmp_path, False)("ada") == "ada"
 
 
+@pytest.mark.slow  # three fresh processes, each loading nbgrader
 def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "solutions").symlink_to(REPO / "solutions")
     proc = cli(tmp_path, "report", check=False, cwd=REPO)
