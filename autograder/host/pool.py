@@ -14,11 +14,13 @@ a host where no kernel can start is told within a minute, before any student is 
 import multiprocessing
 from collections import deque
 from multiprocessing.connection import wait
+from pathlib import Path
 from time import monotonic
 
 from ..core.results import Status, StudentResult, WorkerStart
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..worker import loop
+from ..worker.pipeline import last_bytes
 
 
 PREFLIGHT_SECONDS = 90  # a new worker's preflight ends well within this (its kernel: ~50 s at most)
@@ -59,6 +61,7 @@ class Worker:
         self.process.start()
         child.close()
         self.student, self.started = None, monotonic()
+        self.log = Path(settings.workdir) / f"worker{index}" / "log.txt"  # loop.serve's
 
     def ready(self, timeout):
         """Wait (at most ``timeout`` s) for the worker's :class:`WorkerStart`; HostFault unless
@@ -82,9 +85,11 @@ class Worker:
         sweep_cgroups()
 
 
-def failed(student, error, seconds):
-    """The result of a student whose grading crashed outside nbgrader."""
-    return StudentResult(student=student, status=Status.ERROR, error=error, seconds=seconds)
+def failed(student, error, seconds, log=""):
+    """The result of a student whose grading crashed outside nbgrader (``log``: the end of
+    its worker's log, which the driver keeps under ``logs/``)."""
+    return StudentResult(student=student, status=Status.ERROR, error=error, seconds=seconds,
+                         log=log)
 
 
 def run_pool(settings, students, jobs, watchdog, on_result):
@@ -120,9 +125,11 @@ def run_pool(settings, students, jobs, watchdog, on_result):
                 elapsed = monotonic() - w.started
                 received = result is not None
                 if result is None and not w.process.is_alive():
-                    result = failed(w.student, "the grading worker died", elapsed)
+                    result = failed(w.student, "the grading worker died", elapsed,
+                                    last_bytes(w.log, 4000))
                 elif result is None and elapsed > watchdog:
-                    result = failed(w.student, f"gave up after {elapsed:.0f} s", elapsed)
+                    result = failed(w.student, f"gave up after {elapsed:.0f} s", elapsed,
+                                    last_bytes(w.log, 4000))
                 if result is None:
                     continue
                 if not received:  # dead or stuck: replace it

@@ -303,6 +303,7 @@ def test_a_killed_worker_is_an_error_that_keeps_the_earlier_grade(course, tmp_pa
     row = rows(root)["partial"]
     assert row["status"] == "error" and "worker died" in row["error"], row
     assert_grades_kept(course, times=False)
+    assert (root / "logs" / AID / "partial.log").read_text().strip()  # the worker's own log
     again, _ = run_grade(root, "--jobs", "1")
     assert again.returncode == 0, again.stderr[-3000:]
     assert rows(root)["partial"]["status"] == "ok"
