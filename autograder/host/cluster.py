@@ -7,7 +7,8 @@ Dask task (:func:`autograder.worker.plugin.grade_task`), which runs the very pip
 worker runs on whichever Dask worker the scheduler picks. A score never depends on where it was
 graded. What runs on the workers is :mod:`autograder.worker.plugin`.
 
-* A task carries the student's handed-in files as bytes and returns a
+* A task carries the student's folder as intake read it here (:func:`handed_in`: no link
+  followed, sizes bounded) and returns a
   :class:`~autograder.core.results.StudentResult` (scores, status, flags, the autograded
   notebook and the feedback page as bytes). Only the client records.
 * A worker that dies mid-task (SIGKILL, a lost host) is replaced by its nanny and the
@@ -25,6 +26,7 @@ from time import monotonic
 
 from ..core.nbgrader_config import SUBMITTED
 from ..core.results import Status, StudentResult
+from ..worker.intake import read_submission
 from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task, grader_digest
 from .pool import Breaker
 
@@ -41,9 +43,14 @@ class ClusterError(Exception):
 
 
 def handed_in(root, assignment, student):
-    """The files a student handed in (top level of their folder), by name: what a task carries."""
-    folder = Path(root) / SUBMITTED / student / assignment
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    """What a task carries: the student's folder as intake reads it, once, here.
+
+    :func:`autograder.worker.intake.read_submission` follows no link out of
+    ``submitted/<student>/<assignment>`` and bounds what it reads, so a linked folder, a FIFO,
+    a hard link or a sparse file never reaches the task (their entries say what they were).
+    """
+    root = Path(root)
+    return read_submission(root / SUBMITTED / student / assignment, within=root / SUBMITTED)
 
 
 def connect(address):

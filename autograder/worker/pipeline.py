@@ -119,7 +119,7 @@ def last_bytes(path, size=2000):
 INTERNAL_ID = "student"  # the id every submission has inside a worker: no glob characters
 
 
-def stage_submission(settings, student, scratch):
+def stage_submission(settings, student, scratch, submission=None):
     """Take in the student's notebook, audit it and put it in ``scratch`` for nbgrader.
 
     The folder is read once, by :func:`autograder.worker.intake.read_submission`, which
@@ -139,7 +139,8 @@ def stage_submission(settings, student, scratch):
     dest = Path(scratch) / INTERNAL_ID / settings.assignment
     shutil.rmtree(scratch, ignore_errors=True)
     dest.mkdir(parents=True)
-    submission = read_submission(source, within=root / SUBMITTED)
+    if submission is None:  # on a Dask worker the client has read it (host/cluster.handed_in)
+        submission = read_submission(source, within=root / SUBMITTED)
     result = StudentResult(student=student, digest=digest_of(submission))
     handed, problem = handed_in_time(submission, datetime.now(timezone.utc))
     if handed is not None:
@@ -250,7 +251,7 @@ def collect_files(scratch_root, student, assignment, needs_manual):
     return files
 
 
-def grade_student(settings, student, workdir, db_url):
+def grade_student(settings, student, workdir, db_url, submission=None):
     """Autograde one student and render their feedback, all in ``workdir``; a StudentResult.
 
     Nothing is written under the course root: the driver records the scores and
@@ -267,7 +268,7 @@ def grade_student(settings, student, workdir, db_url):
     shutil.rmtree(out, ignore_errors=True)
     result = StudentResult(student=student)
     try:
-        result = stage_submission(settings, student, scratch)
+        result = stage_submission(settings, student, scratch, submission)
         if result.status == Status.OK:
             c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
@@ -291,9 +292,13 @@ def grade_student(settings, student, workdir, db_url):
             result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
             manual = {g.name for nb in result.notebooks for g in nb.grades if g.auto_score is None}
             result.files = collect_files(out, student, settings.assignment, manual)
-        else:
-            result.files = {f"{FEEDBACK}/{student}/{settings.assignment}/{settings.assignment}.html":
+        else:  # the page says why; the staged times let release_feedback hand it back too
+            staged = scratch / INTERNAL_ID / settings.assignment
+            folder = f"{FEEDBACK}/{student}/{settings.assignment}"
+            result.files = {f"{folder}/{settings.assignment}.html":
                             explanation_page(student, settings.assignment, result)}
+            result.files.update({f"{folder}/{name}": (staged / name).read_bytes()
+                                 for name in (TIMESTAMP, SECRET) if (staged / name).is_file()})
     except KernelStartError as error:  # the host's fault: no grade, the earlier one stays
         result = StudentResult(student=student, status=Status.ERROR, host_fault=True,
                                error=f"a fault of the grading host: {error}"[:500],

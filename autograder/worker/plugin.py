@@ -24,7 +24,7 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
-from ..core.nbgrader_config import SUBMITTED, prepare_nbgrader
+from ..core.nbgrader_config import prepare_nbgrader
 from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
 from ..sandbox.launcher import unavailable_reason
@@ -123,21 +123,13 @@ class GradingPlugin(WorkerPlugin):
     def db_url(self):
         return f"sqlite:///{self.grader_dir() / 'gradebook.db'}"
 
-    def grade(self, student, files):
-        """Grade one submission (``files``: name -> bytes) in this worker's scratch course."""
+    def grade(self, student, submission):
+        """Grade one submission (an :class:`autograder.worker.intake.Submission`, read by the
+        client) in this worker's scratch course."""
         with _GRADING:
             self.enter()
-            settings = self.settings
-            submitted = Path(settings.root) / SUBMITTED
-            shutil.rmtree(submitted, ignore_errors=True)
-            folder = submitted / student / settings.assignment
-            folder.mkdir(parents=True)
-            for name, data in files.items():
-                (folder / name).write_bytes(data)
-            try:
-                return pipeline.grade_student(settings, student, self.grader_dir(), self.db_url())
-            finally:
-                shutil.rmtree(submitted, ignore_errors=True)
+            return pipeline.grade_student(self.settings, student, self.grader_dir(), self.db_url(),
+                                          submission=submission)
 
 
 _GRADING = threading.Lock()  # one submission at a time per worker process, whatever the run
@@ -147,11 +139,11 @@ class _State:
     run = None  # the plugin whose environment (and spare kernel) this worker process has
 
 
-def grade_task(plugin_name, student, files):
-    """The Dask task: grade ``student``'s ``files`` with this worker's plugin of the run."""
+def grade_task(plugin_name, student, submission):
+    """The Dask task: grade ``student``'s ``submission`` with this worker's plugin of the run."""
     from distributed import get_worker
 
-    return get_worker().plugins[plugin_name].grade(student, files)
+    return get_worker().plugins[plugin_name].grade(student, submission)
 
 
 def grader_digest():
