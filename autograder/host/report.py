@@ -242,7 +242,8 @@ def time_section(stats, out, figures, who):
 def flags_section(stats, out, figures, who, root, anonymize):
     aid = stats.assignment
     rows = sorted([who(s), "limit", v, s] for s, v in stats.limits) + \
-        sorted([who(s), "flag", v, s] for s, v in stats.flags)
+        sorted([who(s), "flag", v, s] for s, v in stats.flags) + \
+        sorted([who(a), "similar", f"{fn} ~ {who(b)} ({share}%)", a] for a, b, fn, share in stats.similar)
     header = ["student", "kind", "what"]
     name = out.csv(f"{aid}.flags.csv", header, [r[:3] for r in rows])
     figures["flags"] = [dict(zip(header, r)) for r in rows]
@@ -250,8 +251,8 @@ def flags_section(stats, out, figures, who, root, anonymize):
     return Section(
         "Limits hit and flags", "flags",
         "From grades.csv: the limits each submission hit (timeout, crash, output ...), the "
-        "suspicious-code flags and <code>similar-to-classmate</code> (check those by hand; the "
-        "pairs are in the summary grade printed).",
+        "suspicious-code flags, and each pair of classmates whose functions look copied (the "
+        "function and the share of its lines they have in common; check those by hand).",
         "", [Table("Limits and flags (students linked to their feedback pages)", header,
                    [[esc(r[0]) if anonymize else example_link(root, r[3], aid), esc(r[1]), esc(r[2])]
                     for r in rows[:HTML_ROWS]],

@@ -402,6 +402,22 @@ def grades_csv_rows(root, assignment):
         return {row.get("student", ""): row for row in rows if row.get("assignment") == assignment}
 
 
+SIMILAR = re.compile(r"(?P<function>\w+) ~ (?P<other>.+) \((?P<share>\d+)%\)")
+
+
+def similar_pairs(runs):
+    """``[(student, classmate, function, share %)]`` from ``grades.csv``'s ``similar`` column
+    (``"fn ~ classmate (93%)"`` entries, as the driver writes them), each pair once."""
+    pairs = set()
+    for student, row in runs.items():
+        for entry in filter(None, (row.get("similar") or "").split(";")):
+            match = SIMILAR.fullmatch(entry)
+            if match:
+                a, b = sorted((student, match["other"]))
+                pairs.add((a, b, match["function"], int(match["share"])))
+    return sorted(pairs)
+
+
 def graded_folders(root, assignment):
     """Students with an ``autograded/<student>/<assignment>/`` folder (one listing, not one look-up each)."""
     base = os.path.join(root, AUTOGRADED)
@@ -460,6 +476,7 @@ class AssignmentStats:
     needs_manual: int
     limits: list[tuple[str, str]]         # (student, limits hit) from grades.csv
     flags: list[tuple[str, str]]          # (student, flags) from grades.csv
+    similar: list[tuple[str, str, str, int]]  # (student, classmate, function, share %): grades.csv
     statuses: Counter                     # grades.csv status -> count
     missing: list[str]                    # roster students with no submission
     not_on_roster: list[str]
@@ -511,6 +528,7 @@ def assignment_stats(root, db_url, assignment):
         seconds=sorted(seconds, key=lambda x: (-x[1], x[0])), late=late, needs_manual=needs_manual,
         limits=[(s, r["limits"]) for s, r in sorted(runs.items()) if r.get("limits")],
         flags=[(s, r["flags"]) for s, r in sorted(runs.items()) if r.get("flags")],
+        similar=similar_pairs(runs),
         statuses=Counter(r.get("status", "") for r in runs.values()),
         missing=sorted(set(roster) - submitted) if roster is not None else [],
         not_on_roster=sorted(submitted - set(roster)) if roster is not None else [])

@@ -13,7 +13,7 @@ from ..core.untrusted import csv_safe, csv_text, printable
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
               "submitted_at", "late_by_hours", "late_penalty", "seconds", "failed_tests", "limits",
-              "tampered", "deleted", "flags", "error"]
+              "tampered", "deleted", "flags", "similar", "error"]
 
 
 
@@ -53,7 +53,10 @@ def limits_hit(result):
 
 
 def failed_tests(result, tests):
-    """Test cells (grade ids) of ``tests`` that did not get full marks."""
+    """Test cells (grade ids) of ``tests`` that did not get full marks; none for a submission
+    whose grading failed (``error``: it was not graded, its earlier grade stands)."""
+    if result.status == Status.ERROR:
+        return []
     scores = {(nb.name, g.name): (g.auto_score, g.max_score)
               for nb in result.notebooks for g in nb.grades}
     return [gid for nb, gid in tests
@@ -73,7 +76,8 @@ def csv_row(assignment, result, tests, lateness=None):
         failed_tests=";".join(failed_tests(result, tests)),
         limits=";".join(limits_hit(result)),
         tampered=";".join(result.tampered), deleted=";".join(result.deleted),
-        flags=";".join(result.flags), error=result.error or result.message or "")
+        flags=";".join(result.flags), similar=";".join(result.similar),
+        error=result.error or result.message or "")
 
 
 def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
@@ -162,11 +166,12 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
     p(f"What the class got wrong, with plots: python -m autograder report {assignment}"
       f" (writes {report_page_path(settings.root, assignment)})")
     failures = Counter(t for r in results for t in failed_tests(r, tests))
+    judged = sum(r.status != Status.ERROR for r in results)  # an error was not graded at all
     if tests:
         p("Tests passed:")
         width = max(len(printable(gid)) for _, gid in tests)
         for _, gid in tests:
-            p(f"  {printable(gid):<{width}}  {n - failures[gid]:>4}/{n}")
+            p(f"  {printable(gid):<{width}}  {judged - failures[gid]:>4}/{judged}")
     slow = sorted(results, key=lambda r: -r.seconds)[:5]
     p("Slowest: " + ", ".join(f"{printable(r.student)} {r.seconds:.1f} s" for r in slow))
     sections = [

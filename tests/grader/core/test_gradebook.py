@@ -61,9 +61,14 @@ def test_re_recording_replaces_autograded_scores_and_keeps_manual_ones(db):
         assert gb.find_grade("test_add_visible", "toy", "toy", "ada").auto_score == 0.0
 
 
-def test_a_failed_submission_scores_zero_everywhere(db):
-    score, max_score, _ = gradebook.record(db, "toy", result(status="error"))
-    assert (score, max_score) == (0.0, 7.0)
+def test_a_failed_grading_records_nothing_and_keeps_the_earlier_grade(db):
+    """status error is the host's fault or the grader's: never zeros in the student's row."""
+    assert gradebook.record(db, "toy", result(status="error")) == (0.0, 0.0, False)
+    with gradebook.open_gradebook(db) as gb:
+        assert [s.student.id for s in gb.assignment_submissions("toy")] == []
+    assert gradebook.record(db, "toy", result()) == (4.0, 7.0, True)
+    assert gradebook.record(db, "toy", result(add=0.0, status="error")) == (4.0, 7.0, True)
+    assert gradebook.record(db, "toy", result(add=0.0)) == (3.0, 7.0, True)
 
 
 def test_a_url_that_cannot_be_a_gradebook_is_one_line(tmp_path):

@@ -46,6 +46,14 @@ def test_messages_with_other_numbers_and_ids_are_one_message():
     assert data.normalize_message("x" * 1000).endswith("…") and len(data.normalize_message("x" * 1000)) == 400
 
 
+def test_similarity_pairs_come_from_grades_csv_once_each():
+    runs = {"ada": {"similar": "apply_rope ~ bo b (1) (93%);rope_inv_freq ~ cy (80%)"},
+            "bo b (1)": {"similar": "apply_rope ~ ada (93%)"},
+            "cy": {"similar": "rope_inv_freq ~ ada (80%)"}, "dee": {"similar": ""}}
+    assert data.similar_pairs(runs) == [("ada", "bo b (1)", "apply_rope", 93),
+                                        ("ada", "cy", "rope_inv_freq", 80)]
+
+
 def test_page_text_is_escaped_and_cannot_reorder_what_is_shown():
     from autograder.host.report_page import esc, href
 
