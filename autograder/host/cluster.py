@@ -31,6 +31,7 @@ from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task
 from .pool import Breaker
 
 CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
+RUN_TIMEOUT = 60      # seconds every worker has to answer a function run on it (client.run)
 # Tasks the cluster holds at once, per worker thread. One: a worker then holds only the
 # submission it grades. A second task waiting on the same worker would count as "suspicious"
 # when that worker dies, so an honest submission queued behind two worker-killing ones would
@@ -76,10 +77,28 @@ def connect(address):
     return client
 
 
+def run_on_workers(client, function, *args, what, timeout=RUN_TIMEOUT, **kwargs):
+    """``client.run(function, *args, **kwargs)``, bounded: :class:`ClusterError` naming ``what``
+    when the workers have not all answered within ``timeout`` seconds (``Client.run`` itself
+    waits for as long as a stuck worker takes)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Late
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="client-run")
+    try:
+        return pool.submit(client.run, function, *args, **kwargs).result(timeout=timeout)
+    except Late:
+        raise ClusterError(f"--scheduler: the workers did not answer {what} within {timeout} s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
 def check_workers(client):
     """Raise :class:`ClusterError` unless every worker grades with the client's own grader code."""
     try:
-        theirs = client.run(grader_digest)
+        theirs = run_on_workers(client, grader_digest, what="which grader code they run")
+    except ClusterError:
+        raise
     except Exception as error:  # noqa: BLE001 - e.g. a worker that cannot import autograder
         raise ClusterError(f"--scheduler: the workers cannot run the grader ({type(error).__name__}: "
                            f"{error}); start them with the course on PYTHONPATH") from None
@@ -157,7 +176,8 @@ def run_cluster(client, settings, students, expected, watchdog, on_result):
     finally:
         try:
             client.unregister_worker_plugin(plugin.name)
-            client.run(forget_plugin, plugin.name, on_error="ignore")
+            run_on_workers(client, forget_plugin, plugin.name, on_error="ignore",
+                           what="the removal of the run's plugin")
         except Exception:  # noqa: BLE001 - the cluster may be gone; workers clean up at exit
             pass
 

@@ -307,7 +307,7 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
 
 def connect_cluster(scheduler, sandboxed):
     """A Dask client whose workers can all grade with this grader, or one line and exit."""
-    from .cluster import ClusterError, check_workers, connect
+    from .cluster import ClusterError, check_workers, connect, run_on_workers
 
     try:
         client = connect(scheduler)
@@ -316,7 +316,8 @@ def connect_cluster(scheduler, sandboxed):
     try:
         check_workers(client)
         if sandboxed:
-            reasons = {r for r in client.run(unavailable_reason).values() if r}
+            reasons = {r for r in run_on_workers(client, unavailable_reason,
+                                                 what="whether they can run the sandbox").values() if r}
             if reasons:
                 raise ClusterError(f"--scheduler: cannot grade untrusted notebooks safely on the "
                                    f"workers: {'; '.join(sorted(reasons))}")

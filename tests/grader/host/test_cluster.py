@@ -402,3 +402,15 @@ def test_plugin_preloads_a_sandboxed_kernel_and_removes_everything_at_the_end(tm
     assert set(client.run(forget_plugin, left.name).values()) == {True}
     assert set(client.run(forget_plugin, left.name).values()) == {False}
     assert not any(Path(w).exists() for w in left_dirs.values())
+
+
+def test_a_worker_that_does_not_answer_is_one_line_after_the_bound(cluster):
+    """client.run waits for as long as a stuck worker takes; run_on_workers gives up in time."""
+    from autograder.host.cluster import ClusterError, run_on_workers
+
+    _, client = cluster
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match="did not answer a nap within 1 s"):
+        run_on_workers(client, time.sleep, 4, what="a nap", timeout=1)
+    assert time.monotonic() - start < 3
+    assert sorted(run_on_workers(client, os.getpid, what="their pids").values()) != []
