@@ -31,6 +31,36 @@ POSTGRES_HINT = ("PostgreSQL not found: run `apt-get install postgresql` (as roo
 DASK_HINT = "Dask not installed: run `make venv` (dask[distributed] is in requirements.lock)"
 
 
+@contextmanager
+def http_server(argv, *, cwd, env, log_path, ready_url, timeout=120):
+    """A local HTTP server process (``argv``, its output in ``log_path``), for as long as the
+    ``with`` lasts; yields the body of the first answer of ``ready_url`` (asked until it
+    answers, at most ``timeout`` seconds), then terminates it (and kills it after 20 s)."""
+    import urllib.request
+
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    with urllib.request.urlopen(ready_url, timeout=10) as response:
+                        body = response.read()
+                    break
+                except OSError:
+                    assert server.poll() is None and time.monotonic() < deadline, \
+                        Path(log_path).read_text()[-3000:]
+                    time.sleep(0.5)
+            yield body
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

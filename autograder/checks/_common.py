@@ -112,7 +112,7 @@ def measure(fn, *args, what):
         except NotImplementedError:
             fail(f"{what} is not implemented yet (it raised NotImplementedError).")
         except Exception as err:  # noqa: BLE001
-            if getattr(err, "host_fault", False):  # the grading host cannot measure: its verdict
+            if getattr(err, "host_fault", False):  # the grading host cannot measure: not a verdict
                 raise
             fail(f"{what} raised {type(err).__name__}: {err}")
     import tracemalloc

@@ -59,7 +59,14 @@ KERNEL_START_TRIES = 3    # a kernel that does not come up is tried again this o
 KERNEL_START_PAUSE = 1.0  # ... this many seconds apart; then it is the host's fault
 
 
-class KernelStartError(BaseException):
+class GradingHostFault(BaseException):
+    """The grading host cannot grade this notebook (no kernel starts, memory cannot be
+    measured): never the student's grade. The worker records the student as ``error``,
+    keeping the earlier grade (:func:`autograder.worker.pipeline.grade_student`); a
+    ``BaseException``, for the reason :class:`KernelStartError` gives."""
+
+
+class KernelStartError(GradingHostFault):
     """No grading kernel could start: a fault of the grading host, never of the student.
 
     Raised after :data:`KERNEL_START_TRIES` tries (the sandbox cannot run, a broken
@@ -231,6 +238,8 @@ class LimitedExecute(Execute):
             self._channel.flags.clear()
             self._lost = None
             failure = judge.judge_cell(cell, self._namespace)
+            if isinstance(failure, judge.HostError):  # e.g. memory cannot be measured here
+                raise GradingHostFault(str(failure))
             self._flag(cell, self._channel.flags)
             # a check may turn the judge's error into its own verdict: what happened to the
             # kernel while it was judged (_lost) decides, so the next cells get a live kernel

@@ -51,7 +51,8 @@ class JudgeError(Exception):
 
 class HostError(JudgeError):
     """The grading host cannot judge this test (e.g. it cannot measure memory): the host's
-    fault, said so in the verdict; never a pass."""
+    fault, never a pass and never a score: the executor ends the notebook with
+    :class:`autograder.judge.execute.GradingHostFault`, and the student is ``error``."""
 
     host_fault = True  # the checks let it through as it is (they cannot import the judge)
 

@@ -260,7 +260,7 @@ def grade_student(settings, student, workdir, db_url, submission=None):
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from ..judge.execute import KernelStartError, events, flags
+    from ..judge.execute import GradingHostFault, events, flags
 
     start = monotonic()
     scratch = Path(workdir) / "submitted"
@@ -299,7 +299,7 @@ def grade_student(settings, student, workdir, db_url, submission=None):
                             explanation_page(student, settings.assignment, result)}
             result.files.update({f"{folder}/{name}": (staged / name).read_bytes()
                                  for name in (TIMESTAMP, SECRET) if (staged / name).is_file()})
-    except KernelStartError as error:  # the host's fault: no grade, the earlier one stays
+    except GradingHostFault as error:  # the host's fault: no grade, the earlier one stays
         result = StudentResult(student=student, status=Status.ERROR, host_fault=True,
                                error=f"a fault of the grading host: {error}"[:500],
                                log=traceback.format_exc()[-4000:])

@@ -22,11 +22,9 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -37,6 +35,7 @@ from bs4 import BeautifulSoup
 
 from scripts import environment
 from autograder.core.assignments import REGISTRY
+from tests.servers import free_port, http_server
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -364,12 +363,6 @@ def test_downloaded_notebooks_run_in_the_learner_env(learner):
 
 
 # -- the student's path in a browser ---------------------------------------------------------
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def jupyterlab(learner):
     """``(base URL, token, folder)`` of JupyterLab 4 from the learner venv, stopped at the end."""
@@ -387,36 +380,17 @@ def jupyterlab(learner):
     env = clean_env(JUPYTER_CONFIG_DIR=str(folder / "lab-config"),
                     JUPYTER_DATA_DIR=str(folder / "lab-data"),
                     JUPYTER_RUNTIME_DIR=str(folder / "lab-runtime"))
-    log = open(folder / "jupyterlab.log", "w")
-    server = subprocess.Popen(
-        [str(python), "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly", f"--LabApp.user_settings_dir={settings}",
-         f"--LabApp.workspaces_dir={folder / 'lab-workspaces'}",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],   # CI containers run as root
-        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    argv = [str(python), "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
+            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly", f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={folder / 'lab-workspaces'}",
+            *(["--allow-root"] if os.geteuid() == 0 else [])]  # CI containers run as root
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, \
-                    (folder / "jupyterlab.log").read_text()[-3000:]
-                time.sleep(0.5)
+    with http_server(argv, cwd=work, env=env, log_path=folder / "jupyterlab.log",
+                     ready_url=f"{base}/api/status?token={token}"):
         yield base, token, work
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
 
 
 def validate(notebook):

@@ -29,8 +29,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -43,6 +41,7 @@ from autograder.host.driver import grade
 from autograder.host.release import generate
 from autograder.sandbox.launcher import unavailable_reason
 from tests.grader import hostile_pages as hostile
+from tests.servers import free_port, http_server
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / "tests" / "fixtures" / "course" / "solutions" / "toy"
@@ -240,43 +239,18 @@ def formgrader(course, tmp_path_factory):
     """``jupyter server`` with nbgrader's formgrader, started from the course root on 127.0.0.1."""
     root, _ = course
     folder = tmp_path_factory.mktemp("formgrader")
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     token = "formgrader-test-token"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
     env.update(PYTHONPATH=str(REPO), JUPYTER_CONFIG_DIR=str(folder / "config"),
                JUPYTER_DATA_DIR=str(folder / "data"), JUPYTER_RUNTIME_DIR=str(folder / "runtime"))
-    log = open(folder / "server.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", *(["--allow-root"] if os.geteuid() == 0 else [])],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/formgrader/api/submitted_notebooks/toy/toy?token={token}",
-                                            timeout=10) as response:
-                    submissions = {s["student"]: s["id"] for s in json.load(response)}
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, \
-                    (folder / "server.log").read_text()[-3000:]
-                time.sleep(0.5)
-        yield base, token, submissions
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+    argv = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}", *(["--allow-root"] if os.geteuid() == 0 else [])]
+    with http_server(argv, cwd=root, env=env, log_path=folder / "server.log",
+                     ready_url=f"{base}/formgrader/api/submitted_notebooks/toy/toy?token={token}") as body:
+        yield base, token, {s["student"]: s["id"] for s in json.loads(body)}
 
 
 def test_formgrader_submission_views_are_inert(formgrader, browser, recorder):
