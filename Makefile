@@ -60,9 +60,10 @@ book: $(STAMP)
 test: book $(TRITON_STAMP) $(NPM_STAMP) $(WHEELHOUSE_STAMP)
 	$(BIN)/python -m pytest
 
-# No book build, no browser, no end-to-end grading (the `slow` marker): under a minute and a half.
+# No book build, no browser, no end-to-end grading (the `slow` marker), one pytest-xdist
+# worker per core: under a minute on 2 cores.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not browser" \
+	$(BIN)/python -m pytest -n auto -m "not slow and not browser" \
 		--ignore=tests/book/test_book.py --ignore=tests/book/test_site_browser.py \
 		--ignore=tests/grader/test_grading_e2e.py
 

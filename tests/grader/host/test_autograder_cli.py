@@ -78,6 +78,7 @@ def test_an_empty_class_adds_nothing_to_the_gradebook(course):
     assert not (course / "gradebook.db").exists() and not (course / "grades.csv").exists()
 
 
+@pytest.mark.slow  # generates all seven assignments twice: about 9 s
 def test_generate_is_deterministic_and_check_detects_stale_versions(course):
     cli("generate", "--all", "--root", course)
     path = course / "release" / "toy" / "toy.ipynb"
