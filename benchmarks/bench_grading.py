@@ -13,8 +13,15 @@ times
   and Dask's own cost per submission: the round trip of a task that carries a submission's
   bytes in and a result's bytes out through the scheduler and does nothing else.
 
+With ``--profile`` it grades a few submissions of each assignment (or of ``--assignment``)
+in this process, as one ``--jobs 1`` worker would, and splits one submission's wall and CPU
+time (the sandboxed kernels' included) into the phases of grading: kernel start, set-up
+cells, the student's cells, judged calls (round trips and bytes), fresh kernels for memory
+checks, nbgrader's own preprocessors, the feedback page, recording (see :class:`Profile`).
+
 Usage: python benchmarks/bench_grading.py [--assignment ID] [-n 100] [--jobs 2] [--skip-stock]
        [--scheduler tcp://HOST:8786 | --dask-workers 1,2]
+       python benchmarks/bench_grading.py --profile [--assignment ID]
 Timings depend on the machine's load; run it on an otherwise idle machine.
 """
 
@@ -35,6 +42,7 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from autograder.core.assignments import ASSIGNMENTS  # noqa: E402
 from autograder.host.release import generate  # noqa: E402
 
 
@@ -143,10 +151,245 @@ def progress(name, seconds):
     return seconds
 
 
+# -- --profile: where one submission's time goes --------------------------------------------
+PHASES = ("kernel launch (Popen)", "kernel boot (ipykernel, until it answers)", "set-up cells",
+          "student's cells", "test cells' visible lines", "judged calls", "memory-check kernels",
+          "kernel stop", "nbgrader's own preprocessors", "intake + audit", "scratch gradebook",
+          "feedback page", "recording (class gradebook + files)", "other")
+
+
+def process_cpu(pid):
+    """CPU seconds of process ``pid`` and of its children it has waited for (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime..cstime
+
+
+def kernel_cpu(km):
+    """CPU seconds of every process in a sandboxed kernel's cgroup (bwrap, its init, the kernel)."""
+    from autograder.sandbox.cgroups import CGROUP, GROUP
+
+    name = km.cgroup
+    if not name:
+        return 0.0
+    try:
+        with open(f"{CGROUP}/pids/{GROUP}/{name}/cgroup.procs") as f:
+            pids = f.read().split()
+    except OSError:
+        try:
+            with open(f"{CGROUP}/{GROUP}/{name}/cgroup.procs") as f:  # cgroup v2
+                pids = f.read().split()
+        except OSError:
+            return 0.0
+    return sum(process_cpu(pid) for pid in pids)
+
+
+class Profile:
+    """Exclusive wall and CPU time of each phase of grading, from wrappers put around the
+    pipeline's functions in this process (nothing in the library changes).
+
+    CPU is this process's (``time.process_time``) plus the sandboxed kernels': each kernel's
+    processes are read from ``/proc`` through its cgroup at every phase boundary while it
+    serves the notebook; a spare kernel's CPU up to the moment it is taken is its boot, so
+    its start-up is charged to the boot row even though it ran while the previous notebook
+    was graded. Round trips and bytes count the judge's requests to the kernels.
+    """
+
+    def __init__(self):
+        self.rows = {name: [0.0, 0.0, 0, 0] for name in PHASES}  # wall, cpu, trips, bytes
+        self.stack = ["other"]
+        self.kernels = {}  # km -> CPU seconds already charged
+        self.mark = (time.perf_counter(), time.process_time())
+        self.spares = 0
+
+    def _charge(self):
+        wall, cpu = time.perf_counter(), time.process_time()
+        kernels = 0.0
+        for km, seen in list(self.kernels.items()):
+            now = kernel_cpu(km)
+            kernels += max(0.0, now - seen)
+            self.kernels[km] = max(now, seen)
+        row = self.rows[self.stack[-1]]
+        row[0] += wall - self.mark[0]
+        row[1] += cpu - self.mark[1] + kernels
+        self.mark = (time.perf_counter(), time.process_time())
+
+    def enter(self, phase):
+        self._charge()
+        self.stack.append(phase)
+
+    def leave(self):
+        self._charge()
+        self.stack.pop()
+
+    def adopt(self, km):
+        """Start following ``km``'s CPU; what it used before (its boot) goes to the boot row."""
+        if km is not None and km not in self.kernels:
+            self._charge()
+            boot = kernel_cpu(km)
+            self.rows[PHASES[1]][1] += boot
+            self.kernels[km] = boot
+
+    def drop(self, km):
+        self._charge()
+        self.kernels.pop(km, None)
+
+    def wrap(self, owner, attribute, phase):
+        """Charge calls of ``owner.attribute`` to ``phase`` (a name, or a function of the call's
+        arguments that returns one)."""
+        original = getattr(owner, attribute)
+
+        def timed(*args, **kwargs):
+            self.enter(phase(*args, **kwargs) if callable(phase) else phase)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.leave()
+
+        setattr(owner, attribute, timed)
+
+    def install(self):
+        """Wrap the pipeline's phases (once per process)."""
+        from nbgrader.converters import Autograde
+
+        from autograder.core.cells import is_setup_cell, is_solution, is_test_cell
+        from autograder.host import driver
+        from autograder.judge import execute
+        from autograder.judge.kernel_manager import SandboxedKernelManager
+        from autograder.worker import pipeline
+
+        def cell_phase(executor, cell, *rest):
+            return (PHASES[2] if is_setup_cell(cell) else PHASES[3] if is_solution(cell)
+                    else PHASES[4] if is_test_cell(cell) else "other")
+
+        profile, LE = self, execute.LimitedExecute
+        self.wrap(LE, "_run_cell", cell_phase)
+        self.wrap(execute.judge, "judge_cell",
+                  lambda cell, ns: PHASES[2] if is_setup_cell(cell) else PHASES[5])
+        self.wrap(LE, "measure_call", PHASES[6])
+        self.wrap(LE, "_launch", PHASES[0])
+        self.wrap(LE, "_start", PHASES[1])
+        self.wrap(LE, "_stop", PHASES[7])
+        self.wrap(Autograde, "start", PHASES[8])
+        self.wrap(pipeline, "stage_submission", PHASES[9])
+        for name in ("forget_submission", "apply_late_policy", "read_scores"):
+            self.wrap(pipeline, name, PHASES[10])
+        self.wrap(pipeline, "generate_feedback", PHASES[11])
+        self.wrap(pipeline, "collect_files", PHASES[11])
+        self.wrap(driver, "keep", PHASES[12])
+        for name in ("evaluate", "run_silently"):
+            original = getattr(LE, name)
+
+            def counted(executor, code, *args, _original=original, **kwargs):
+                reply = _original(executor, code, *args, **kwargs)
+                row = profile.rows[profile.stack[-1]]
+                row[2] += 1
+                row[3] += len(code) + (len(reply) if isinstance(reply, str) else 0)
+                return reply
+
+            setattr(LE, name, counted)
+        launched = LE._launched
+
+        def launched_kernel(executor):
+            km = launched(executor)
+            profile.adopt(km)  # the notebook's own kernel, or a memory check's
+            return km
+
+        LE._launched = launched_kernel
+        kill = SandboxedKernelManager.kill_everything
+
+        def killed(km):
+            if km in profile.kernels:
+                profile.drop(km)
+            kill(km)
+
+        SandboxedKernelManager.kill_everything = killed
+
+    def snapshot(self):
+        self._charge()
+        return {name: list(row) for name, row in self.rows.items()}
+
+
+def profile_assignment(assignment, measured=3):
+    """Grade ``measured`` + 1 submissions of ``assignment`` in this process (one worker, as
+    ``--jobs 1`` would), the first to warm up; return (fixed start seconds, per-phase rows
+    averaged over the others, their scores)."""
+    from autograder.core.gradebook import open_gradebook
+    from autograder.core.limits import Limits
+    from autograder.core.nbgrader_config import prepare_nbgrader
+    from autograder.host import driver
+    from autograder.judge.execute import Spare
+    from autograder.judge.kernel_manager import make_socket_root
+    from autograder.sandbox.cgroups import RUN_ENV, kill_run_cgroups
+    from autograder.worker.pipeline import Settings, grade_student, preflight
+
+    profile = PROFILE
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        root = Path(tmp) / "course"
+        make_class(root, assignment, REPO, measured + 1)
+        workdir, sockets = Path(tmp) / "work", make_socket_root()
+        workdir.mkdir()
+        class_db = f"sqlite:///{root}/gradebook.db"
+        run_id = f"p{os.getpid()}"
+        os.environ[RUN_ENV] = run_id
+        limits = Limits()
+        os.environ.update(limits.environment())
+        prepare_nbgrader()
+        start = time.perf_counter()
+        try:
+            release = generate(assignment, root, release_dir=workdir / "release",
+                               db_url=f"sqlite:///{workdir}/template.db")
+            with open_gradebook(class_db):
+                pass
+            generate(assignment, root, release_dir=workdir / "release-db", db_url=class_db)
+            settings = Settings(root=str(root), assignment=assignment,
+                                template_db=str(workdir / "template.db"), release_dir=str(release),
+                                workdir=str(workdir), limits=limits, run_id=run_id,
+                                socket_root=sockets)
+            db = f"sqlite:///{workdir}/template.db"
+            fault = preflight(settings, db, workdir / "submitted")
+            if fault:
+                raise SystemExit(f"no kernel starts here: {fault}")
+            fixed = time.perf_counter() - start
+            scores = []
+            for i in range(measured + 1):
+                if i == 1:
+                    before = profile.snapshot()
+                result = grade_student(settings, f"student{i:03d}", workdir, db)
+                driver.keep(root, class_db, assignment, result)
+                scores.append((result.score, result.status))
+            after = profile.snapshot()
+        finally:
+            Spare.discard()
+            kill_run_cgroups(run_id)
+            shutil.rmtree(sockets, ignore_errors=True)
+    rows = {name: [(a - b) / measured for a, b in zip(after[name], before[name])]
+            for name in PHASES}
+    return fixed, rows, scores
+
+
+PROFILE = Profile()
+
+
+def print_profile(assignment, fixed, rows, scores):
+    total = [sum(row[i] for row in rows.values()) for i in range(4)]
+    print(f"\n{assignment}: one submission, --jobs 1, mean of {len(scores) - 1} after a warm-up "
+          f"(load average {os.getloadavg()[0]:.1f}); fixed start of a run {fixed:.1f} s; "
+          f"scores {sorted(set(scores))}")
+    print(f"{'phase':45} {'wall s':>7} {'CPU s':>7} {'trips':>6} {'bytes':>9}")
+    for name, (wall, cpu, trips, size) in list(rows.items()) + [("total", total)]:
+        if name == "total" or wall > 0.0005 or cpu > 0.0005 or trips:
+            print(f"{name:45} {wall:7.3f} {cpu:7.3f} {trips:6.0f} {size:9,.0f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = "01-rope" if (REPO / "solutions" / "01-rope").is_dir() else "toy"
-    parser.add_argument("--assignment", default=default)
+    parser.add_argument("--assignment", default=None,
+                        help=f"default {default}; with --profile, every assignment")
     parser.add_argument("-n", type=int, default=100, help="submissions (default 100)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--skip-stock", action="store_true", help="time only the driver")
@@ -154,7 +397,15 @@ def main():
                         help="also time grading on the Dask cluster of this scheduler")
     parser.add_argument("--dask-workers", default=None, metavar="K,K",
                         help="also time grading on a local Dask cluster of K workers, for each K")
+    parser.add_argument("--profile", action="store_true",
+                        help="split one submission's wall and CPU time into the phases of grading")
     args = parser.parse_args()
+    if args.profile:
+        PROFILE.install()
+        for assignment in [args.assignment] if args.assignment else ASSIGNMENTS:
+            print_profile(assignment, *profile_assignment(assignment))
+        return
+    args.assignment = args.assignment or default
     course = REPO / "tests" / "fixtures" / "course" if args.assignment == "toy" else REPO
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         root = Path(tmp)
