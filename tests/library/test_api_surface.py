@@ -5,12 +5,19 @@
   ``TORCH_EXTRAS``);
 * the same bad input raises the same ``ValueError``, with the same message, in both;
 * neither backend imports the other's private helpers;
-* every public name is taught by a chapter section its docstring names, or used by a chapter.
+* every public name is taught by a chapter section its docstring names, or used by a chapter;
+* the optional Triton backend offers only names of the others, with their signatures, and
+  rejects what the torch backend rejects with the torch backend's message (its own kernel
+  limits, which torch does not have, raise ``ValueError`` naming the argument); the book's API
+  page can import it with triton mocked, as Sphinx does where triton is not installed.
 """
 
 import ast
+import importlib.util
 import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -430,3 +437,132 @@ def test_every_public_name_is_taught_or_used_by_a_chapter(backend):
         if not cited and not re.search(rf"\b{name}\b", all_code):
             problems.append(f"{name}: no 'Taught in chapter N, section ...' in its docstring, and no chapter uses it")
     assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------
+# The Triton backend: same signatures, same errors as the torch backend
+# --------------------------------------------------------------------------
+# find_spec, not importorskip at import time: importing triton before transformer_ref.triton
+# decides on its interpreter would leave the kernels unusable on CPU (see its docstring)
+TRITON_MISSING = importlib.util.find_spec("triton") is None
+needs_triton = pytest.mark.skipif(TRITON_MISSING,
+                                  reason="Triton backend not installed: pip install -r requirements-triton.lock")
+
+
+@pytest.fixture(scope="module")
+def fref():
+    """The Triton backend (its input checks run before any kernel launch: no GPU needed)."""
+    from transformer_ref import triton
+
+    return triton
+
+
+def _qkv(H=4, H_kv=2, T=8, S=8, D=16, Dv=16, batch=(1,), dtype=torch.float32):
+    return (torch.zeros(*batch, H, T, D, dtype=dtype), torch.zeros(*batch, H_kv, S, D, dtype=dtype),
+            torch.zeros(*batch, H_kv, S, Dv, dtype=dtype))
+
+
+def _flash_args(**changes):
+    """``(q, k, v, keyword arguments)`` of a valid float32 call, with ``changes`` applied."""
+    q, k, v = _qkv()
+    args = {"q": q, "k": k, "v": v, **changes}
+    return (args.pop("q"), args.pop("k"), args.pop("v")), args
+
+
+# Bad input both backends reject: float32 tensors, so only the named defect is wrong.
+TRITON_SHARED_BAD = {
+    "q-numpy": _flash_args(q=np.zeros((1, 4, 8, 16), dtype=np.float32)),
+    "v-list": _flash_args(v=[[0.0]]),
+    "q-rank-2": _flash_args(q=torch.zeros(8, 16)),
+    "k-rank-2": _flash_args(k=torch.zeros(8, 16)),
+    "head-size": _flash_args(k=torch.zeros(1, 2, 8, 12)),
+    "keys-k-v": _flash_args(v=torch.zeros(1, 2, 9, 16)),
+    "kv-heads-k-v": _flash_args(v=torch.zeros(1, 1, 8, 16)),
+    "batch-q-k": _flash_args(q=torch.zeros(2, 4, 8, 16)),
+    "gqa-not-divisible": _flash_args(q=torch.zeros(1, 3, 8, 16)),
+    "k-other-device": _flash_args(k=torch.zeros(1, 2, 8, 16, device="meta")),
+    "scale-nan": _flash_args(scale=float("nan")),
+    "scale-str": _flash_args(scale="x"),
+    "scale-bool": _flash_args(scale=True),
+    "block_q-zero": _flash_args(block_q=0),
+    "block_k-negative": _flash_args(block_k=-64),
+    "block_q-float": _flash_args(block_q=32.0),
+    "block_k-bool": _flash_args(block_k=True),
+}
+# Input only the Triton kernels refuse (the torch backend computes it): the argument named first.
+TRITON_ONLY_BAD = {
+    "block_q-not-power-of-two": (_flash_args(block_q=24), "block_q must be a power of two >= 16"),
+    "block_k-below-16": (_flash_args(block_k=8), "block_k must be a power of two >= 16"),
+    "float64": (((*_qkv(dtype=torch.float64),), {}), "q, k and v must be float32, float16 or bfloat16"),
+    "head-size-300": (((*_qkv(D=300, Dv=300),), {}), "q head dimension must be <= 256"),
+    "value-size-300": (((*_qkv(Dv=300),), {}), "v head dimension must be <= 256"),
+}
+
+
+@needs_triton
+def test_triton_offers_only_shared_names_with_identical_signatures(fref):
+    assert fref.__all__ and set(fref.__all__) <= set(ref.__all__), fref.__all__
+    for name in fref.__all__:
+        triton_params = _parameters(getattr(fref, name))
+        assert triton_params == _parameters(getattr(tref, name)), name
+        assert triton_params == _parameters(getattr(ref, name)), name
+
+
+@needs_triton
+def test_every_triton_name_has_bad_inputs_here(fref):
+    assert set(fref.__all__) == {"flash_attention"} == {name for name, _, _ in BAD_INPUTS if name in fref.__all__}
+
+
+def _error(call):
+    """The exception a call raises, as (type, message)."""
+    with pytest.raises(Exception) as info:
+        call()
+    return type(info.value), str(info.value)
+
+
+@needs_triton
+@pytest.mark.parametrize("case", sorted(TRITON_SHARED_BAD))
+def test_triton_rejects_what_torch_rejects_with_the_same_error(fref, case):
+    args, kwargs = TRITON_SHARED_BAD[case]
+    torch_error = _error(lambda: tref.flash_attention(*args, **kwargs))
+    assert torch_error[0] is ValueError, torch_error
+    assert _error(lambda: fref.flash_attention(*args, **kwargs)) == torch_error
+
+
+@needs_triton
+@pytest.mark.parametrize("name, argument, call", [case for case in BAD_INPUTS if case[0] == "flash_attention"])
+def test_triton_gives_the_shared_bad_inputs_the_torch_message(fref, name, argument, call):
+    assert _raised(call, fref, TORCH_TENSOR) == _raised(call, tref, TORCH_TENSOR)
+
+
+@needs_triton
+@pytest.mark.parametrize("case", sorted(TRITON_ONLY_BAD))
+def test_triton_kernel_limits_name_the_argument_and_torch_has_none(fref, case):
+    (args, kwargs), message = TRITON_ONLY_BAD[case]
+    assert tref.flash_attention(*args, **kwargs).shape == (*args[0].shape[:-1], args[2].shape[-1])
+    with pytest.raises(ValueError) as info:
+        fref.flash_attention(*args, **kwargs)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_triton_backend_imports_with_triton_mocked_as_the_book_does():
+    # api.md documents transformer_ref.triton with autodoc_mock_imports: [triton] (_config.yml):
+    # the package must import, and show the real signature and docstring, with triton absent
+    code = """if True:
+        import inspect, sys
+        from sphinx.ext.autodoc.mock import mock
+        with mock(["triton"]):  # Sphinx's mock is found first, triton installed or not
+            from transformer_ref import triton as fref
+            from transformer_ref import torch as tref
+            print(type(sys.modules["triton"]).__name__, fref.__all__, fref.INTERPRETED)
+        for name in fref.__all__:
+            fn = getattr(fref, name)
+            assert inspect.signature(fn) == inspect.signature(getattr(tref, name)), name
+            assert "Triton kernels" in fn.__doc__, name
+    """
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "_MockModule ['flash_attention'] False"
+    config = (Path(__file__).resolve().parents[2] / "_config.yml").read_text()
+    assert re.search(r"^\s+autodoc_mock_imports: \[triton\]$", config, re.M)
+    assert ".. automodule:: transformer_ref.triton" in (CHAPTERS.parent / "api.md").read_text()

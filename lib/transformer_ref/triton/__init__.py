@@ -8,8 +8,8 @@ One function, :func:`flash_attention`, with the contract of
 alignment, zeros for rows that see no key, ``lse``, autograd), computed by
 Triton kernels instead of a Python loop over tiles.
 
-Where the kernels run
----------------------
+Where the kernels run:
+
 * CUDA tensors: compiled by Triton for the GPU, as in production.
 * CPU tensors: the same kernels run under Triton's *interpreter*
   (``TRITON_INTERPRET=1``), which executes each program instance in Python on
@@ -27,7 +27,7 @@ set and triton is not imported yet. If triton was imported earlier without it
 kernels are compiled, and CPU tensors raise an error that says to set
 ``TRITON_INTERPRET=1`` before starting Python. To interpret on a machine that
 has a GPU, set ``TRITON_INTERPRET=1`` yourself; ``TRITON_INTERPRET=0`` forbids
-the interpreter. :data:`INTERPRETED` tells which mode the kernels run in.
+the interpreter. ``transformer_ref.triton.INTERPRETED`` tells which mode the kernels run in.
 
 Nothing else in transformer_ref imports this package: ``import transformer_ref``
 and the NumPy and torch backends work without triton installed.

@@ -52,6 +52,8 @@ from triton.runtime.interpreter import InterpretedFunction
 
 # shape and argument checks only read .shape and Python numbers: shared with NumPy and torch
 from .._checks import check_int, check_qkv, check_scale
+# this backend takes torch tensors: the torch backend's tensor check, so its messages are torch's
+from ..torch.attention import _check_tensors
 
 __all__ = ["flash_attention"]
 
@@ -267,24 +269,19 @@ def _bwd_dq_kernel(
 
 # Interpreted only if triton.language's own jit functions are too (TRITON_INTERPRET=1 before
 # triton was first imported); a kernel interpreted while tl.zeros stays compiled cannot run.
-INTERPRETED = isinstance(_fwd_kernel, InterpretedFunction) and isinstance(tl.zeros, InterpretedFunction)
+# (`type(...) is`, not isinstance: the book's API page imports this module with triton replaced
+# by Sphinx's mock objects, which isinstance refuses as a second argument.)
+INTERPRETED = type(_fwd_kernel) is InterpretedFunction and type(tl.zeros) is InterpretedFunction
 """True when the kernels run under Triton's interpreter (CPU tensors), False when compiled (CUDA)."""
 
 
-def _check_tensors(q, k, v):
-    """q, k and v are torch tensors on one device (their shapes are checked by ``check_qkv``)."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not torch.is_tensor(x):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if k.device != q.device or v.device != q.device:
-        raise ValueError(f"k and v must be on q's device {q.device}, got {k.device} and {v.device}")
-
-
 def _tile(name, value, default, length):
-    """A tile size: a power of two >= 16 (Triton's shapes), not much larger than the axis it tiles."""
-    size = default if value is None else check_int(name, value, minimum=16)
-    if size & (size - 1):
-        raise ValueError(f"{name} must be a power of two (a Triton tile shape), got {size}")
+    """A tile size: a power of two >= 16 (Triton's shapes), not much larger than the axis it tiles.
+
+    What the torch backend rejects (not an integer, < 1) is rejected first, with its message."""
+    size = default if value is None else check_int(name, value, minimum=1)
+    if size < 16 or size & (size - 1):
+        raise ValueError(f"{name} must be a power of two >= 16 (a Triton tile shape), got {size}")
     return min(size, max(16, triton.next_power_of_2(length)))
 
 
@@ -390,7 +387,8 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
     ``lse``, so only O(T) per head is stored, never the T x S weights; dK and dV
     are summed over the query heads of a GQA group inside one program instance.
 
-    dtypes: float32, float16 or bfloat16 (mixed inputs are promoted); products
+    dtypes: float32, float16 or bfloat16 (mixed inputs are promoted, integers
+    compute in float32); products
     accumulate in float32, float32 products in IEEE precision (not TF32).
     ``block_q``/``block_k`` (powers of two >= 16) default to 64 and are clipped
     to the padded lengths. CUDA tensors run compiled kernels; CPU tensors need
@@ -403,6 +401,8 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
     bq = _tile("block_q", block_q, DEFAULT_BLOCK_Q, T)
     bk = _tile("block_k", block_k, DEFAULT_BLOCK_K, S)
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    if not dtype.is_floating_point:  # integer input computes in float32, as in the torch backend
+        dtype = torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"q, k and v must be float32, float16 or bfloat16 for the Triton kernels, "
                          f"got {q.dtype}, {k.dtype}, {v.dtype}")
