@@ -419,39 +419,76 @@ def test_rope_angles_shape_and_values():
 # --------------------------------------------------------------------------
 # NumPy vs torch, torch specifics
 # --------------------------------------------------------------------------
-FREQ_CALLS = [
-    ("rope_inv_freq", (64, 10000.0)),
-    ("pi_inv_freq", (64, 10000.0, 4.0)),
-    ("ntk_inv_freq", (64, 10000.0, 4.0)),
-    ("dynamic_ntk_inv_freq", (64, 10000.0, 4.0, 8192, 2048)),
-    ("llama3_inv_freq", (64, 500000.0, 8.0, 8192, 1.0, 4.0)),
-]
+# The torch frequency functions wrap the NumPy ones (same numbers by construction), so they are
+# checked against the formulas themselves, written out here in float64 on the device.
+def theta(head_dim, base, device):
+    """Plain RoPE frequencies ``base ** (-2i / D)``, ``i = 0 .. D/2 - 1``."""
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
 
 
-@pytest.mark.parametrize("name, args", FREQ_CALLS)
-def test_numpy_and_torch_frequencies_agree(name, args, device):
-    expected = getattr(ref, name)(*args)
+def llama3_by_meta_loop(head_dim, base, scale, original, low, high, device):
+    """Meta's ``apply_scaling`` (llama-models, models/llama3/model.py), pair by pair."""
+    out = []
+    for freq in theta(head_dim, base, device).tolist():
+        wavelength = 2 * math.pi / freq
+        if wavelength < original / high:
+            out.append(freq)
+        elif wavelength > original / low:
+            out.append(freq / scale)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            out.append((1 - smooth) * freq / scale + smooth * freq)
+    return torch.tensor(out, dtype=torch.float64, device=device)
+
+
+def yarn_by_hugging_face_steps(head_dim, base, scale, original, beta_fast, beta_slow, device):
+    """Hugging Face's ``_compute_yarn_parameters``: correction range, linear ramp, blend."""
+    def correction_dim(rotations):
+        return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), head_dim - 1)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64, device=device) - low) / (high - low)).clamp(0, 1)
+    extrapolation_factor = 1 - ramp
+    plain = theta(head_dim, base, device)
+    return plain / scale * (1 - extrapolation_factor) + plain * extrapolation_factor
+
+
+CLOSED_FORMS = {
+    "rope_inv_freq": ((64, 10000.0), lambda d: theta(64, 10000.0, d)),
+    "pi_inv_freq": ((64, 10000.0, 4.0), lambda d: theta(64, 10000.0, d) / 4.0),
+    "ntk_inv_freq": ((64, 10000.0, 4.0), lambda d: theta(64, 10000.0 * 4.0 ** (64 / 62), d)),
+    # 8192 > 2048: the NTK factor is 4 * 8192 / 2048 - 3 = 13
+    "dynamic_ntk_inv_freq": ((64, 10000.0, 4.0, 8192, 2048), lambda d: theta(64, 10000.0 * 13.0 ** (64 / 62), d)),
+    "llama3_inv_freq": ((64, 500000.0, 8.0, 8192, 1.0, 4.0),
+                        lambda d: llama3_by_meta_loop(64, 500000.0, 8.0, 8192, 1.0, 4.0, d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLOSED_FORMS))
+def test_torch_frequencies_are_the_formulas_on_the_device(name, device):
+    args, formula = CLOSED_FORMS[name]
     actual = getattr(tref, name)(*args, dtype=torch.float64, device=device)
+    assert actual.device.type == device and actual.dtype == torch.float64
+    torch.testing.assert_close(actual, formula(device), rtol=1e-13, atol=0)
+
+
+def test_torch_yarn_is_hugging_faces_steps(device):
+    actual, factor = tref.yarn_inv_freq(64, 10000.0, 8.0, 2048, 16, 2, dtype=torch.float64, device=device)
     assert actual.device.type == device
-    np.testing.assert_allclose(actual.cpu().numpy(), expected, rtol=1e-15)
+    torch.testing.assert_close(actual, yarn_by_hugging_face_steps(64, 10000.0, 8.0, 2048, 16, 2, device),
+                               rtol=1e-13, atol=0)
+    assert factor == pytest.approx(0.1 * math.log(8.0) + 1, rel=1e-15)
 
 
-def test_numpy_and_torch_yarn_agree(device):
-    expected, factor = ref.yarn_inv_freq(64, 10000.0, 8.0, 2048, 16, 2)
-    actual, t_factor = tref.yarn_inv_freq(64, 10000.0, 8.0, 2048, 16, 2, dtype=torch.float64, device=device)
-    np.testing.assert_allclose(actual.cpu().numpy(), expected, rtol=1e-15)
-    assert t_factor == factor
-
-
-def test_numpy_and_torch_longrope_agree_and_take_tensors(device):
-    short, long = np.linspace(1.0, 2.0, 32), np.linspace(1.0, 16.0, 32)
-    for seq_len in (100, 5000):
-        expected, factor = ref.longrope_inv_freq(64, 1e4, short, long, seq_len, 4096, 16.0)
-        actual, t_factor = tref.longrope_inv_freq(64, 1e4, torch.tensor(short, device=device),
-                                                  torch.tensor(long, device=device), seq_len, 4096, 16.0,
-                                                  dtype=torch.float64, device=device)
-        assert actual.device.type == device and t_factor == factor
-        np.testing.assert_allclose(actual.cpu().numpy(), expected, rtol=1e-15)
+def test_torch_longrope_divides_by_the_factors_of_the_current_length_and_takes_tensors(device):
+    short, long = torch.linspace(1.0, 2.0, 32, dtype=torch.float64), torch.linspace(1.0, 16.0, 32, dtype=torch.float64)
+    for seq_len, factors in ((100, short), (4096, short), (4097, long)):
+        actual, factor = tref.longrope_inv_freq(64, 1e4, short.to(device), long.to(device), seq_len, 4096, 16.0,
+                                                dtype=torch.float64, device=device)
+        assert actual.device.type == device
+        torch.testing.assert_close(actual, theta(64, 1e4, device) / factors.to(device), rtol=1e-13, atol=0)
+        assert factor == pytest.approx(math.sqrt(1 + math.log(16.0) / math.log(4096)), rel=1e-15)
     assert tref.longrope_inv_freq(64, 1e4, short, long, 1, 4096, 2.0)[0].dtype == torch.float32
 
 
