@@ -426,21 +426,6 @@ def theta(head_dim, base, device):
     return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
 
 
-def llama3_by_meta_loop(head_dim, base, scale, original, low, high, device):
-    """Meta's ``apply_scaling`` (llama-models, models/llama3/model.py), pair by pair."""
-    out = []
-    for freq in theta(head_dim, base, device).tolist():
-        wavelength = 2 * math.pi / freq
-        if wavelength < original / high:
-            out.append(freq)
-        elif wavelength > original / low:
-            out.append(freq / scale)
-        else:
-            smooth = (original / wavelength - low) / (high - low)
-            out.append((1 - smooth) * freq / scale + smooth * freq)
-    return torch.tensor(out, dtype=torch.float64, device=device)
-
-
 def yarn_by_hugging_face_steps(head_dim, base, scale, original, beta_fast, beta_slow, device):
     """Hugging Face's ``_compute_yarn_parameters``: correction range, linear ramp, blend."""
     def correction_dim(rotations):
@@ -461,7 +446,7 @@ CLOSED_FORMS = {
     # 8192 > 2048: the NTK factor is 4 * 8192 / 2048 - 3 = 13
     "dynamic_ntk_inv_freq": ((64, 10000.0, 4.0, 8192, 2048), lambda d: theta(64, 10000.0 * 13.0 ** (64 / 62), d)),
     "llama3_inv_freq": ((64, 500000.0, 8.0, 8192, 1.0, 4.0),
-                        lambda d: llama3_by_meta_loop(64, 500000.0, 8.0, 8192, 1.0, 4.0, d)),
+                        lambda d: torch.as_tensor(llama3_by_bands(64, 500000.0, 8.0, 8192, 1.0, 4.0), device=d)),
 }
 
 
