@@ -24,7 +24,7 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from .results import CellScore, NotebookScores, Status
+from .results import CellScore, NotebookScores, Status, needs_manual_grade
 
 
 class GradebookError(Exception):
@@ -44,6 +44,23 @@ def engine_url(db_url):
 
 def is_postgres(db_url):
     return engine_url(db_url).startswith(POSTGRES)
+
+
+SQLITE = "sqlite:///"
+
+
+def sqlite_url(path):
+    """The URL of the SQLite gradebook file ``path``."""
+    return f"{SQLITE}{path}"
+
+
+def sqlite_path(db_url):
+    """The file of an SQLite gradebook URL (``sqlite:///PATH``), or None for any other URL.
+
+    The one place the grader takes a URL apart: the driver, the workers, the command line
+    and the exports ask here whether a gradebook is a file, and which.
+    """
+    return Path(db_url[len(SQLITE):]) if db_url.startswith(SQLITE) else None
 
 
 def libpq_url(db_url):
@@ -69,8 +86,7 @@ def check_url(db_url):
     """Raise :class:`GradebookError` if ``db_url`` cannot be a gradebook, without creating one."""
     if is_postgres(db_url):
         connect_postgres(db_url).close()
-    elif db_url.startswith("sqlite:///"):
-        path = Path(db_url[len("sqlite:///"):])
+    elif (path := sqlite_path(db_url)) is not None:
         if not path.parent.is_dir():
             raise GradebookError(f"--db: the folder {path.parent} does not exist")
         if path.exists():
@@ -147,9 +163,9 @@ def _engine_key(db_url):
     A deleted and re-created SQLite file is a new gradebook (tables to create); a file that
     does not exist yet has no key (it is created, then the next open keeps it).
     """
-    if db_url.startswith("sqlite:///"):
+    if (path := sqlite_path(db_url)) is not None:
         try:
-            return db_url, Path(db_url[len("sqlite:///"):]).stat().st_ino
+            return db_url, path.stat().st_ino
         except OSError:
             return None
     return db_url, None
@@ -240,10 +256,34 @@ def read_scores(db_url, assignment, student):
             return None, []
         return sub.timestamp, [
             NotebookScores(
-                name=nb.name, late_penalty=nb.late_submission_penalty,
+                name=nb.name,
                 grades=tuple(CellScore(g.name, g.auto_score, g.max_score) for g in nb.grades),
                 comments=tuple((c.name, c.auto_comment) for c in nb.comments))
             for nb in sub.notebooks]
+
+
+CELL_KINDS = ("grade_cell", "solution_cell", "task_cell", "source_cell")  # nbgrader's, as SaveCells saves them
+
+
+def copy_assignment(source_url, target_url, assignment):
+    """Register ``assignment`` of the gradebook at ``source_url`` in a new one at ``target_url``.
+
+    Its notebooks and their grade, solution, task and source cells (hidden tests included),
+    as nbgrader's ``SaveCells`` writes them when it generates the student version; no due
+    date and no submission. A run generates the student version once, into the class
+    gradebook, and gives its workers this copy (the *template*: what autograding needs).
+    """
+    with open_gradebook(source_url) as source, open_gradebook(target_url) as target:
+        registered = source.find_assignment(assignment)
+        target.add_assignment(assignment, course_id=registered.course_id)
+        for notebook in registered.notebooks:
+            target.add_notebook(notebook.name, assignment, kernelspec=notebook.kernelspec)
+            for kind in CELL_KINDS:
+                for cell in getattr(notebook, f"{kind}s"):
+                    info = {k: v for k, v in cell.to_dict().items()
+                            if k not in ("id", "name", "notebook", "assignment")}
+                    getattr(target, f"update_or_create_{kind}")(cell.name, notebook.name,
+                                                                assignment, **info)
 
 
 def forget_submission(db_url, assignment, student):
@@ -272,6 +312,9 @@ def record(db_url, assignment, result):
     scores 0 in every cell. A submission whose grading failed (status ``error``: the
     host's fault or the grader's, never the student's) changes nothing: the earlier
     grade, if any, stays, and no zeros are recorded; its figures are returned.
+    Late penalties are not written here: their one writer is
+    :func:`autograder.core.policy.apply_late_policy`, which the driver runs once the class is
+    recorded (a penalty follows the class gradebook's scores, extensions and manual grades).
     A gradebook that cannot be written (a full disk, a read-only file) raises
     :class:`GradebookError` with one line; nothing of the result is recorded then.
 
@@ -309,12 +352,10 @@ def _record(db_url, assignment, result):
         for notebook in sub.notebooks:
             data = graded.get(notebook.notebook.name)
             scores = {g.name: g.auto_score for g in data.grades} if data else {}
-            if data:
-                notebook.late_submission_penalty = data.late_penalty
             for grade in notebook.grades:  # missing, unreadable: 0 everywhere
                 auto = 0.0 if result.status != Status.OK else scores.get(grade.cell.name, 0.0)
                 grade.auto_score = auto
-                grade.needs_manual_grade = grade.manual_score is not None or auto is None
+                grade.needs_manual_grade = needs_manual_grade(auto, grade.manual_score)
             comments = dict(data.comments) if data else {}
             for comment in notebook.comments:
                 comment.auto_comment = comments.get(comment.cell.name)

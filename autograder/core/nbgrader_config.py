@@ -13,6 +13,7 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+from .gradebook import sqlite_url
 from .sanitize import exporter_settings
 
 SOURCE = "solutions"
@@ -24,7 +25,7 @@ FEEDBACK = "feedback"
 
 def default_db_url(root):
     """The SQLite gradebook ``<root>/gradebook.db``."""
-    return f"sqlite:///{Path(root).resolve() / 'gradebook.db'}"
+    return sqlite_url(Path(root).resolve() / "gradebook.db")
 
 
 def course_config(root, db_url=None, assignment=None, student=None):
@@ -68,8 +69,7 @@ def autograde_settings(limits=None, *, sandboxed=True):
         "nbgrader.preprocessors.IgnorePattern",
         "nbconvert.preprocessors.ClearMetadataPreprocessor",
         "nbgrader.preprocessors.LimitOutput",
-        "nbgrader.preprocessors.SaveAutoGrades",
-        "nbgrader.preprocessors.AssignLatePenalties",
+        "nbgrader.preprocessors.SaveAutoGrades",  # late penalties: core.policy.apply_late_policy
         "nbgrader.preprocessors.CheckCellMetadata",
     ]
     c.Execute.timeout = int(limits.cell_timeout)

@@ -358,6 +358,19 @@ def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) ->
     manual grading: a penalty in percent, or ``zero``, follows the score. Returns the
     lateness of every submission, by student id. ValueError for an unknown assignment,
     :class:`~autograder.core.gradebook.GradebookError` for a URL that cannot be a gradebook.
+
+    The one writer of late penalties (nbgrader's ``AssignLatePenalties`` is not run, and
+    :func:`autograder.core.gradebook.record` copies none), called once per process that
+    needs a penalty:
+
+    * a worker, in its scratch gradebook after each autograde
+      (:func:`autograder.worker.pipeline.grade_student`), so that the feedback page it
+      renders shows the penalty;
+    * the driver, in the class gradebook once the class is recorded
+      (:func:`autograder.host.driver.finish`): extensions and earlier manual grades are
+      there, and ``grades.csv`` lists the lateness it returns;
+    * ``feedback`` and ``export`` (:func:`autograder.host.cli.refresh_late_penalties`), since
+      manual grades given since then move a penalty in percent, or ``zero``.
     """
     from nbgrader.api import MissingEntry
 

@@ -1,13 +1,18 @@
-"""Typed records that cross process boundaries (worker -> driver, and later cluster -> client).
+"""Typed records that cross process boundaries (worker -> host: a local pipe, a Dask task).
 
 A worker grades one submission and returns a :class:`StudentResult`: its scores per
 cell (read from the worker's scratch gradebook), what the audit and the executor
 saw, and the files to write (the autograded notebook and the feedback page, as
 bytes). The driver alone records it in the class gradebook and writes the files.
-Everything here is plain data and pickles.
+A local worker's first word is a :class:`WorkerStart`. Everything here is plain data:
+each record's ``to_dict()`` is made of builtins only (``str``, numbers, ``bytes``,
+``datetime``, lists and dicts), which is what travels, and ``from_dict()`` builds the
+record back, so the host never reads a worker's answer by string keys.
+
+:func:`needs_manual_grade` is the one rule for a cell that awaits a grade by hand.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 
@@ -32,6 +37,15 @@ class LimitKind(StrEnum):
     REPLAY = "replay"                      # re-running earlier cells after a restart failed
 
 
+def needs_manual_grade(auto_score: float | None, manual_score: float | None = None) -> bool:
+    """Whether a graded cell awaits a grade by hand: nbgrader's rule after an autograde.
+
+    A cell the autograder could not score (``auto_score`` None: a written answer) needs one;
+    so does a cell that already has a manual score, which a re-grade marks for review again.
+    """
+    return manual_score is not None or auto_score is None
+
+
 @dataclass(frozen=True)
 class CellScore:
     """One graded cell: ``auto_score`` None means it needs a manual grade."""
@@ -40,15 +54,27 @@ class CellScore:
     auto_score: float | None
     max_score: float
 
+    @property
+    def needs_manual(self) -> bool:
+        return needs_manual_grade(self.auto_score)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CellScore":
+        return cls(**data)
+
 
 @dataclass(frozen=True)
 class NotebookScores:
     """The grades and comments of one notebook of a submission."""
 
     name: str
-    late_penalty: float | None
     grades: tuple[CellScore, ...]
     comments: tuple[tuple[str, str | None], ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "NotebookScores":
+        return cls(data["name"], tuple(CellScore.from_dict(g) for g in data["grades"]),
+                   tuple(tuple(c) for c in data["comments"]))
 
 
 @dataclass(frozen=True)
@@ -61,6 +87,12 @@ class LimitEvent:
     kind: LimitKind
     detail: str
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "LimitEvent":
+        """The event the executor wrote into a notebook's metadata, or one sent as a dict."""
+        return cls(data["notebook"], data["cell"], data["grade_id"], LimitKind(data["kind"]),
+                   data["detail"])
+
 
 @dataclass(frozen=True)
 class WorkerStart:
@@ -68,6 +100,13 @@ class WorkerStart:
     answered, else why no kernel could start (the grading host's fault)."""
 
     fault: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "WorkerStart":
+        return cls(str(data["fault"]))
 
 
 @dataclass
@@ -102,3 +141,23 @@ class StudentResult:
     def limits(self):
         """Sorted limit kinds this submission hit."""
         return sorted({e.kind for e in self.events})
+
+    def manual_cells(self) -> set[str]:
+        """Grade ids of the cells that await a grade by hand (:func:`needs_manual_grade`)."""
+        return {g.name for nb in self.notebooks for g in nb.grades if g.needs_manual}
+
+    def to_dict(self) -> dict:
+        """The result as builtins only (what a worker sends the host)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StudentResult":
+        """The result a worker sent; ``TypeError``/``KeyError``/``ValueError`` if it is not one."""
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or not set(data) <= known or "student" not in data:
+            raise TypeError("not a StudentResult")
+        values = dict(data)
+        values["status"] = Status(data.get("status", Status.OK))
+        values["events"] = [LimitEvent.from_dict(e) for e in data.get("events", ())]
+        values["notebooks"] = [NotebookScores.from_dict(nb) for nb in data.get("notebooks", ())]
+        return cls(**values)

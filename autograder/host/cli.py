@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..core.gradebook import engine_url
+from ..core.gradebook import engine_url, sqlite_path
 from ..core.limits import Limits
 from ..core.nbgrader_config import default_db_url
 from ..core.untrusted import PrintableFormatter
@@ -109,8 +109,8 @@ def refresh_late_penalties(args, db_url, assignments):
 
 def existing_gradebook(args):
     db_url = args.db or default_db_url(args.root)
-    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).exists():
-        sys.exit(f"no gradebook at {db_url[len('sqlite:///'):]}: grade something first")
+    if (path := sqlite_path(db_url)) is not None and not path.exists():
+        sys.exit(f"no gradebook at {path}: grade something first")
     return db_url
 
 

@@ -10,25 +10,26 @@ graded. What runs on the workers is :mod:`autograder.worker.plugin`.
 * A task carries the student's folder as intake read it here (:func:`handed_in`: no link
   followed, sizes bounded) and returns a
   :class:`~autograder.core.results.StudentResult` (scores, status, flags, the autograded
-  notebook and the feedback page as bytes). Only the client records.
+  notebook and the feedback page as bytes) as its ``to_dict()``. Only the client records.
 * A worker that dies mid-task (SIGKILL, a lost host) is replaced by its nanny and the
   scheduler sends the task elsewhere; a submission whose grading kills two workers fails
   with ``KilledWorker`` (the grading cluster runs with ``allowed-failures 1``: the settings in
   ``autograder/README.md``, *Grading on a cluster*) and is recorded as an error, and the class
   goes on.
-* Tasks are submitted longest-expected-first (the last run's time of each student; Dask's
-  work stealing evens out the rest), one per worker thread at a time, so a class
-  of 60,000 notebooks never sits in the scheduler's memory at once.
+* Tasks are submitted in the driver's order (longest-expected-first; Dask's work stealing
+  evens out the rest), one per worker thread at a time, so a class of 60,000 notebooks never
+  sits in the scheduler's memory at once: :class:`DaskCluster` is the
+  :class:`~autograder.host.schedule.Transport` that
+  :func:`autograder.host.schedule.run_schedule` drives, as it drives local workers.
 """
 
 from pathlib import Path
 from time import monotonic
 
 from ..core.nbgrader_config import SUBMITTED
-from ..core.results import Status, StudentResult
 from ..worker.intake import read_submission
 from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task, grader_digest
-from .pool import Breaker
+from .schedule import TransportError, failed, parse_result
 
 CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
 RUN_TIMEOUT = 60      # seconds every worker has to answer a function run on it (client.run)
@@ -39,7 +40,7 @@ RUN_TIMEOUT = 60      # seconds every worker has to answer a function run on it 
 IN_FLIGHT_PER_THREAD = 1
 
 
-class ClusterError(Exception):
+class ClusterError(TransportError):
     """The cluster cannot grade (unreachable, no workers, no sandbox): one line for the instructor."""
 
 
@@ -114,69 +115,75 @@ def worker_threads(client):
     return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
 
 
-def run_cluster(client, settings, students, expected, watchdog, on_result):
-    """Grade ``students`` on the Dask cluster of ``client``; ``on_result(result)`` in the client.
+class DaskCluster:
+    """The Dask cluster of ``client`` as a :class:`~autograder.host.schedule.Transport`.
 
-    ``expected``: seconds each student is expected to take (the longest go first).
-    ``watchdog``: seconds after which a task that has not come back is given up as an error
-    (its worker is restarted). Any exception (an interruption included) cancels the run's
-    tasks and removes its plugin, which kills the run's kernels on every worker. Results that
-    keep being the host's fault stop the run (:class:`autograder.host.pool.Breaker`); a worker
-    where no kernel can start fails its plugin's set-up, which is :class:`ClusterError`.
+    :meth:`start` registers the run's :class:`~autograder.worker.plugin.GradingPlugin` (a
+    worker where no kernel can start fails its set-up: :class:`ClusterError`); each student
+    is one :func:`~autograder.worker.plugin.grade_task`. Giving a student up cancels its task
+    and restarts its worker; :meth:`abort` cancels the run's tasks; both ends remove the
+    plugin, which kills the run's kernels on every worker.
     """
-    from distributed import wait
 
-    payload = RunPayload(
-        settings=settings,
-        release={p.name: p.read_bytes() for p in sorted(Path(settings.release_dir).glob("*.ipynb"))},
-        template_db=Path(settings.template_db).read_bytes())
-    plugin = GradingPlugin(payload)
-    try:
-        client.register_plugin(plugin, name=plugin.name)
-    except Exception as error:  # noqa: BLE001 - any failure of setup on a worker
-        raise ClusterError(f"--scheduler: the workers cannot grade: {error}") from None
-    pending = sorted(students, key=lambda s: (-expected.get(s, 0.0), s))
-    window = IN_FLIGHT_PER_THREAD * worker_threads(client)
-    running = {}  # future -> (student, submitted at)
-    breaker = Breaker()
+    def __init__(self, client, settings):
+        self.client, self.settings = client, settings
+        self.plugin, self.running = None, {}  # student -> (future, submitted at)
 
-    def fill_window():
-        while pending and len(running) < window:
-            student = pending.pop(0)
-            future = client.submit(grade_task, plugin.name, student,
-                                   handed_in(settings.root, settings.assignment, student),
-                                   key=f"grade-{settings.run_id}-{student}", pure=False,
-                                   retries=0)
-            running[future] = (student, monotonic())
-
-    try:
-        while pending or running:
-            fill_window()
-            try:
-                with client.as_current():
-                    done = wait(list(running), timeout=1.0, return_when="FIRST_COMPLETED").done
-            except TimeoutError:
-                done = ()
-            finished = [(future, *running.pop(future)) for future in done]
-            fill_window()  # the freed threads get their next submission before the client records
-            for future, student, since in finished:
-                result = collect(future, student, monotonic() - since)
-                on_result(result)
-                breaker.see(result)
-            for future, (student, since) in list(running.items()):
-                if monotonic() - since > watchdog:
-                    running.pop(future)
-                    give_up(client, future)
-                    on_result(StudentResult(student=student, status=Status.ERROR,
-                                            error=f"gave up after {monotonic() - since:.0f} s",
-                                            seconds=monotonic() - since))
-    except BaseException:
-        client.cancel(list(running), force=True)
-        raise
-    finally:
+    def start(self, count):
+        settings = self.settings
+        payload = RunPayload(
+            settings=settings,
+            release={p.name: p.read_bytes() for p in sorted(Path(settings.release_dir).glob("*.ipynb"))},
+            template_db=Path(settings.template_db).read_bytes())
+        plugin = GradingPlugin(payload)
         try:
-            client.unregister_worker_plugin(plugin.name)
-            run_on_workers(client, forget_plugin, plugin.name, on_error="ignore",
+            self.client.register_plugin(plugin, name=plugin.name)
+        except Exception as error:  # noqa: BLE001 - any failure of setup on a worker
+            raise ClusterError(f"--scheduler: the workers cannot grade: {error}") from None
+        self.plugin = plugin
+        return IN_FLIGHT_PER_THREAD * worker_threads(self.client)
+
+    def submit(self, student):
+        settings = self.settings
+        future = self.client.submit(grade_task, self.plugin.name, student,
+                                    handed_in(settings.root, settings.assignment, student),
+                                    key=f"grade-{settings.run_id}-{student}", pure=False, retries=0)
+        self.running[student] = (future, monotonic())
+
+    def finished(self, timeout):
+        from distributed import wait
+
+        students = {future: student for student, (future, _) in self.running.items()}
+        try:
+            with self.client.as_current():
+                done = wait(list(students), timeout=timeout, return_when="FIRST_COMPLETED").done
+        except TimeoutError:
+            done = ()
+        results = []
+        for future in done:
+            student = students[future]
+            _, since = self.running.pop(student)
+            results.append(collect(future, student, monotonic() - since))
+        return results
+
+    def give_up(self, student):
+        future, _ = self.running.pop(student)
+        give_up(self.client, future)
+        return ""
+
+    def stop(self):
+        self.remove_plugin()
+
+    def abort(self):
+        self.client.cancel([future for future, _ in self.running.values()], force=True)
+        self.remove_plugin()
+
+    def remove_plugin(self):
+        if self.plugin is None:
+            return
+        try:
+            self.client.unregister_worker_plugin(self.plugin.name)
+            run_on_workers(self.client, forget_plugin, self.plugin.name, on_error="ignore",
                            what="the removal of the run's plugin")
         except Exception:  # noqa: BLE001 - the cluster may be gone; workers clean up at exit
             pass
@@ -187,17 +194,12 @@ def collect(future, student, seconds):
     from distributed import KilledWorker
 
     try:
-        result = future.result()
+        data = future.result()
     except KilledWorker:
-        return StudentResult(student=student, status=Status.ERROR, seconds=seconds,
-                             error="grading this submission killed two workers")
+        return failed(student, "grading this submission killed two workers", seconds)
     except Exception as error:  # noqa: BLE001 - a task that raised: the class goes on
-        return StudentResult(student=student, status=Status.ERROR, seconds=seconds,
-                             error=f"{type(error).__name__}: {error}"[:500])
-    if not isinstance(result, StudentResult) or result.student != student:
-        return StudentResult(student=student, status=Status.ERROR, seconds=seconds,
-                             error="the worker returned something else than this student's result")
-    return result
+        return failed(student, f"{type(error).__name__}: {error}"[:500], seconds)
+    return parse_result(data, student, seconds)
 
 
 def give_up(client, future):

@@ -3,13 +3,14 @@
 The parent process
 
 1. takes the course's lock (a second ``grade`` on the same course is refused with
-   a message naming the running one), generates the student version into a
-   scratch folder and registers the assignment in the class gradebook and in a
-   scratch *template* gradebook;
+   a message naming the running one), generates the student version once, into a
+   scratch folder, registering the assignment in the class gradebook, and copies that
+   registration into a scratch *template* gradebook (:func:`prepare`);
 2. starts ``jobs`` worker processes (:mod:`autograder.worker.pipeline`), each with its own
    copy of the template gradebook, and hands them one student at a time
    (students whose submission is unchanged since it was last graded are skipped,
-   unless ``force``);
+   unless ``force``) in the scheduling loop of :mod:`autograder.host.schedule`
+   (:func:`run_class`);
 3. records every :class:`~autograder.core.results.StudentResult` in the class
    gradebook as it arrives, then writes its autograded notebook and feedback
    page (only the parent writes under the course root, so the gradebook and the
@@ -19,12 +20,12 @@ The parent process
 5. on SIGINT, SIGTERM or SIGHUP stops at once: workers and their sandboxed
    kernels are killed, scratch folders and cgroups removed, and what was recorded
    so far stays recorded (running ``grade`` again finishes the rest);
-6. writes ``grades.csv`` and prints the class summary; keeps the worker log of
-   every student whose grading failed under ``logs/``.
+6. writes the late penalties, ``grades.csv`` and the class summary (:func:`finish`); keeps
+   the worker log of every student whose grading failed under ``logs/``.
 
 The grading host's faults are never a student's grade: a student whose kernel cannot start
 is ``error`` with the earlier grade kept; a run where no kernel can start, or whose kernels
-stop starting, stops within a minute (:class:`autograder.host.pool.HostFault`); a course
+stop starting, stops within a minute (:class:`autograder.host.schedule.HostFault`); a course
 folder that cannot be written (a full disk, a read-only ``feedback/``) stops the run. Each
 stop is one line and exit status 1, keeps what was recorded, and the next ``grade``
 finishes the rest.
@@ -43,7 +44,7 @@ import signal
 import socket
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from time import monotonic
@@ -51,11 +52,11 @@ from time import monotonic
 import nbformat
 
 from ..core.cells import grade_id, is_test_cell
-from ..core.gradebook import (GradebookError, advisory_lock, check_url, engine_url, is_postgres,
-                              lock_holder, open_gradebook, record, writing)
+from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
+                              is_postgres, lock_holder, open_gradebook, record, sqlite_url, writing)
 from ..core.limits import Limits
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
-from ..core.policy import apply_late_policy, load_settings
+from ..core.policy import CourseSettings, apply_late_policy, load_settings
 from ..core.results import Status
 from ..judge.kernel_manager import make_socket_root
 from ..core.untrusted import printable
@@ -65,9 +66,10 @@ from ..worker.feedback import install_mathjax
 from ..worker.pipeline import Settings, submission_digest
 from ..worker.similarity import similar_pairs
 from . import summary
-from .pool import HostFault, run_pool
+from .pool import LocalWorkers
+from .schedule import HostFault, TransportError, run_schedule
 from .release import generate
-from .roster import read_roster, roster_report, sync_roster
+from .roster import RosterEntry, read_roster, roster_report, sync_roster
 
 LOCK = ".autograder.lock"
 STAMP = ".autograder.json"  # beside each autograded submission: the digest it was graded from
@@ -246,6 +248,36 @@ class Signals:
             signal.signal(s, handler)
 
 
+@dataclass
+class Job:
+    """One grading run's inputs, checked: what every phase of :func:`grade` reads."""
+
+    assignment: str
+    root: Path
+    db_url: str
+    names: list[str]           # students with a submission (``--students`` applied)
+    course: CourseSettings     # due dates and late policies
+    roster: list[RosterEntry] | None  # roster.csv, when the course has one
+    limits: Limits
+    jobs: int = 1              # grading slots: local workers, or the cluster's threads
+    sandboxed: bool = True
+    force: bool = False
+    progress: bool = True
+    out: object = None         # where the summary goes (None: stdout)
+    client: object = None      # a Dask client (``--scheduler``), else local workers
+
+
+@dataclass
+class Run:
+    """What :func:`prepare` made for the scheduling loop and the summary."""
+
+    settings: Settings
+    tests: list                # (notebook, grade_id) of every test cell
+    todo: list[str]            # students to grade, longest-expected-first
+    skipped: list[str]         # students unchanged since they were graded
+    watchdog: float            # seconds after which a student is given up
+
+
 def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=None,
           progress=True, out=None, sandboxed=True, force=False, late_policy=None, scheduler=None):
     """Grade every submission of ``assignment``; return the list of :class:`StudentResult`.
@@ -266,10 +298,25 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
     grade instead of local processes (``jobs`` is then the cluster's); a scheduler that
     cannot be reached, or workers that cannot grade, is one line and changes nothing.
     """
+    job = read_job(assignment, Path(root).resolve(), db_url, limits or Limits(), students,
+                   late_policy)
+    job.progress, job.out, job.sandboxed, job.force = progress, out, sandboxed, force
+    job.client = connect_cluster(scheduler, sandboxed) if scheduler else None
+    try:
+        job.jobs = grading_slots(job.client, jobs, sandboxed)
+        with CourseLock(job.root, assignment, job.db_url), Signals():
+            return grade_class(job)
+    except OSError as error:  # the host's disk or folders, before or after the class
+        raise SystemExit(f"grading stopped: {unwritable(error)}") from None
+    finally:
+        if job.client is not None:
+            job.client.close()
+
+
+def read_job(assignment, root, db_url, limits, students, late_policy):
+    """The run's :class:`Job` from the course's files, or ``SystemExit`` with one line."""
     from .release import source_assignments
 
-    root = Path(root).resolve()
-    limits = limits or Limits()
     db_url = engine_url(db_url or default_db_url(root))
     known = source_assignments(root)
     if assignment not in known:
@@ -286,23 +333,19 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
     names = find_students(root, assignment, students)
     if not names:
         raise SystemExit(f"no submissions of {assignment} under {root / SUBMITTED}: nothing graded")
-    client = connect_cluster(scheduler, sandboxed) if scheduler else None
-    try:
-        if client is None and sandboxed and (reason := unavailable_reason()):
-            raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
-        if client is not None:
-            from .cluster import worker_threads
+    return Job(assignment, root, db_url, names, course, roster, limits)
 
-            jobs = worker_threads(client)
-        jobs = max(1, jobs or os.cpu_count() or 1)
-        with CourseLock(root, assignment, db_url), Signals():
-            return _grade_class(assignment, root, db_url, jobs, limits, names, progress, out,
-                                sandboxed, force, course, roster, client)
-    except OSError as error:  # the host's disk or folders, before or after the class
-        raise SystemExit(f"grading stopped: {unwritable(error)}") from None
-    finally:
-        if client is not None:
-            client.close()
+
+def grading_slots(client, jobs, sandboxed):
+    """How many students are graded at once: ``jobs`` local workers (default: the cores), or
+    the cluster's worker threads. Local grading without the sandbox's parts is one line."""
+    if client is None and sandboxed and (reason := unavailable_reason()):
+        raise SystemExit(f"cannot grade untrusted notebooks safely: {reason}")
+    if client is not None:
+        from .cluster import worker_threads
+
+        jobs = worker_threads(client)
+    return max(1, jobs or os.cpu_count() or 1)
 
 
 def connect_cluster(scheduler, sandboxed):
@@ -339,85 +382,124 @@ def expected_seconds(root, assignment, students):
     return seconds
 
 
-def _grade_class(assignment, root, db_url, jobs, limits, names, progress, out, sandboxed, force,
-                 course, roster, client=None):
+def grade_class(job):
+    """The three phases of a run: :func:`prepare`, :func:`run_class`, :func:`finish`.
+
+    The run's scratch folder (student version, template gradebook, the workers' scratch),
+    its kernel sockets and cgroups are removed whatever happens.
+    """
+    start = monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))  # 0700: no kernel needs it
-    start, results, stopped = monotonic(), [], None
-    tests, settings, sockets = [], None, None
+    sockets = None
     try:
         sockets = make_socket_root()  # short, whatever TMPDIR's length
-        release = generate(assignment, root, release_dir=workdir / "release",
-                           db_url=f"sqlite:///{workdir}/template.db")
-        tests = test_cells(release)
-        settings = Settings(
-            root=str(root), assignment=assignment, template_db=str(workdir / "template.db"),
-            release_dir=str(release), workdir=str(workdir), limits=limits, sandboxed=sandboxed,
-            run_id=workdir.name.rsplit("-", 1)[-1], course=course, socket_root=sockets)
-        with writing(db_url):
-            with open_gradebook(db_url):  # created (and made ready) before nbgrader writes it
-                pass
-            generate(assignment, root, release_dir=workdir / "release-db", db_url=db_url)
-        if roster:
-            sync_roster(db_url, roster)
-        install_mathjax(root / FEEDBACK)
-        skipped = [] if force else up_to_date(root, db_url, assignment, names)
-        todo = [n for n in names if n not in skipped]
-        n_notebooks = max(1, len(list(release.glob("*.ipynb"))))
-        watchdog = n_notebooks * (limits.notebook_timeout + 60) + 60
-        bar = summary.Progress(len(todo), enabled=progress)
-
-        def on_result(result):
-            signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
-            try:
-                keep(root, db_url, assignment, result)
-                results.append(result)
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
-            bar.update(result.student)
-
-        expected = expected_seconds(root, assignment, todo)
-        try:
-            if client is None:
-                todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
-                run_pool(settings, todo, jobs, watchdog, on_result)
-            else:
-                from .cluster import ClusterError, run_cluster
-
-                try:
-                    run_cluster(client, settings, todo, expected, watchdog, on_result)
-                except ClusterError as error:
-                    raise SystemExit(str(error)) from None
-        except Interrupted as signal_name:
-            stopped = f"by {signal_name}"
-        except HostFault as error:
-            stopped = f"because {error}"
-        except GradebookError as error:
-            stopped = f"because {error}"
-        except OSError as error:  # keep() could not write a course file: nothing half-written
-            stopped = f"because {unwritable(error)}"
-        bar.close()
+        run = prepare(job, workdir, sockets)
+        results, stopped = run_class(job, run)
     finally:
-        if settings is not None:
-            kill_run_cgroups(settings.run_id)
+        kill_run_cgroups(run_id(workdir))
         sweep_cgroups()
         shutil.rmtree(workdir, ignore_errors=True)
         if sockets:
             shutil.rmtree(sockets, ignore_errors=True)
+    return finish(job, run, results, stopped, monotonic() - start)
+
+
+def run_id(workdir):
+    """The id of a run (names its kernels' cgroups): the random end of its scratch folder."""
+    return workdir.name.rsplit("-", 1)[-1]
+
+
+def prepare(job, workdir, sockets):
+    """Phase 1: the student version and both gradebooks, the roster, the students to grade."""
+    release, template = student_version(job.assignment, job.root, job.db_url, workdir)
+    settings = Settings(
+        root=str(job.root), assignment=job.assignment, template_db=str(template),
+        release_dir=str(release), workdir=str(workdir), limits=job.limits,
+        sandboxed=job.sandboxed, run_id=run_id(workdir), course=job.course, socket_root=sockets)
+    if job.roster:
+        sync_roster(job.db_url, job.roster)
+    install_mathjax(job.root / FEEDBACK)
+    skipped = [] if job.force else up_to_date(job.root, job.db_url, job.assignment, job.names)
+    todo = [n for n in job.names if n not in skipped]
+    expected = expected_seconds(job.root, job.assignment, todo)
+    todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
+    notebooks = max(1, len(list(release.glob("*.ipynb"))))
+    watchdog = notebooks * (job.limits.notebook_timeout + 60) + 60
+    return Run(settings, test_cells(release), todo, skipped, watchdog)
+
+
+def student_version(assignment, root, db_url, workdir):
+    """Generate the student version, once: ``(its folder, the template gradebook)``.
+
+    nbgrader's ``generate_assignment`` registers the assignment in the class gradebook as it
+    writes the student version into the run's scratch folder; the template the workers grade
+    in is a copy of that registration (:func:`autograder.core.gradebook.copy_assignment`).
+    """
+    with writing(db_url):
+        with open_gradebook(db_url):  # created (and made ready) before nbgrader writes it
+            pass
+        release = generate(assignment, root, release_dir=workdir / "release", db_url=db_url)
+    template = workdir / "template.db"
+    copy_assignment(db_url, sqlite_url(template), assignment)
+    return release, template
+
+
+def run_class(job, run):
+    """Phase 2: the scheduling loop on local workers or the cluster, each result recorded as
+    it arrives; ``(results, why the run stopped early or None)``."""
+    results, stopped = [], None
+    bar = summary.Progress(len(run.todo), enabled=job.progress)
+
+    def on_result(result):
+        signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
+        try:
+            keep(job.root, job.db_url, job.assignment, result)
+            results.append(result)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
+        bar.update(result.student)
+
+    try:
+        run_schedule(transport(job, run.settings), run.todo, run.watchdog, on_result)
+    except TransportError as error:
+        raise SystemExit(str(error)) from None
+    except Interrupted as signal_name:
+        stopped = f"by {signal_name}"
+    except (HostFault, GradebookError) as error:
+        stopped = f"because {error}"
+    except OSError as error:  # keep() could not write a course file: nothing half-written
+        stopped = f"because {unwritable(error)}"
+    bar.close()
+    return results, stopped
+
+
+def transport(job, settings):
+    """What grades: the Dask cluster of ``--scheduler``, else ``job.jobs`` local workers."""
+    if job.client is None:
+        return LocalWorkers(settings, job.jobs)
+    from .cluster import DaskCluster
+
+    return DaskCluster(job.client, settings)
+
+
+def finish(job, run, results, stopped, seconds):
+    """Phase 3: similarity flags, late penalties, ``grades.csv`` and the summary; the results,
+    or ``SystemExit`` when the run stopped early or some students could not be graded."""
     results.sort(key=lambda r: r.student)
     flag_similar(results)
-    lateness = apply_late_policy(db_url, assignment, course) if settings is not None else {}
-    absent = roster_report(db_url, assignment, roster) if roster and settings is not None else None
+    lateness = apply_late_policy(job.db_url, job.assignment, job.course)
+    absent = roster_report(job.db_url, job.assignment, job.roster) if job.roster else None
     try:
-        summary.write_csv(root / "grades.csv", assignment, results, tests, lateness=lateness,
-                          missing=absent.missing if absent else ())
+        summary.write_csv(job.root / "grades.csv", job.assignment, results, run.tests,
+                          lateness=lateness, missing=absent.missing if absent else ())
     except OSError as error:
         stopped = stopped or f"because {unwritable(error)}"
-    if settings is not None:
-        summary.report(assignment, results, tests, monotonic() - start, jobs, settings, out=out,
-                       skipped=[] if stopped else skipped, lateness=lateness, roster=absent)
+    summary.report(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
+                   out=job.out, skipped=[] if stopped else run.skipped, lateness=lateness,
+                   roster=absent)
     if stopped:
         raise SystemExit(f"stopped {stopped}: {len(results)} submission(s) recorded, "
-                         f"{len(todo) - len(results)} not graded; run grade again to finish")
+                         f"{len(run.todo) - len(results)} not graded; run grade again to finish")
     if faults := [r for r in results if r.host_fault]:
         raise SystemExit(f"{len(faults)} submission(s) not graded, their earlier grades kept: "
                          f"{faults[0].error}; run grade again to grade them")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..core.gradebook import open_gradebook
+from ..core.gradebook import open_gradebook, sqlite_path
 from ..core.untrusted import csv_safe
 
 CSV_COLUMNS = ("student_id", "name", "email", "lms_id", "assignment", "duedate", "submitted_at",
@@ -83,8 +83,8 @@ def student_grades(db_url: str, assignments: Iterable[str] | None = None) -> Ite
     """
     from nbgrader.api import MissingEntry
 
-    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
-        raise ValueError(f"no gradebook at {db_url[len('sqlite:///'):]}")
+    if (path := sqlite_path(db_url)) is not None and not path.is_file():
+        raise ValueError(f"no gradebook at {path}")
     with open_gradebook(db_url) as gb:
         names = list(dict.fromkeys(assignments)) if assignments is not None \
             else sorted(a.name for a in gb.assignments)

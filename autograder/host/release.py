@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..core.gradebook import sqlite_url
 from ..core.nbgrader_config import RELEASE, SOURCE, course_config, prepare_nbgrader
 
 
@@ -35,7 +36,7 @@ def generate(assignment, root=".", release_dir=None, db_url=None):
     prepare_nbgrader()
     root = Path(root).resolve()
     with tempfile.TemporaryDirectory(prefix="autograder-gen-") as tmp:
-        c = course_config(root, db_url or f"sqlite:///{tmp}/gradebook.db", assignment=assignment)
+        c = course_config(root, db_url or sqlite_url(Path(tmp) / "gradebook.db"), assignment=assignment)
         c.CourseDirectory.release_directory = str(release_dir or RELEASE)
         c.BaseConverter.force = True
         GenerateAssignment(coursedir=CourseDirectory(config=c), config=c).start()

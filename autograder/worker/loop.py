@@ -3,9 +3,9 @@
 :func:`main` is the whole process: it arms itself to die with the driver, leaves signals to
 the driver, sends everything it and its kernels print to its own log file, and then answers
 one student id after another on its pipe with that student's
-:class:`~autograder.core.results.StudentResult` (:func:`autograder.worker.pipeline.grade_student`,
+:class:`~autograder.core.results.StudentResult`, as its ``to_dict()`` (:func:`autograder.worker.pipeline.grade_student`,
 in its own scratch gradebook), until it receives None. Its first word is a
-:class:`~autograder.core.results.WorkerStart`: whether its first kernel could start
+:class:`~autograder.core.results.WorkerStart` (its ``to_dict()`` too): whether its first kernel could start
 (:func:`autograder.worker.pipeline.preflight`); a worker whose kernel cannot start ends there. The driver's end of the pipe is
 :class:`autograder.host.pool.Worker`.
 """
@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from ..core.gradebook import sqlite_url
 from ..core.nbgrader_config import prepare_nbgrader
 from ..sandbox.cgroups import RUN_ENV
 from ..core.results import WorkerStart
@@ -42,6 +43,7 @@ def serve(conn, settings, index):
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "gradebook.db"
     shutil.copy(settings.template_db, db)
+    db_url = sqlite_url(db)
     os.environ.update(settings.limits.environment())
     os.environ[RUN_ENV] = settings.run_id
     log = open(workdir / "log.txt", "a")  # nothing from a worker or its kernels reaches the console
@@ -53,11 +55,11 @@ def serve(conn, settings, index):
     from ..judge.execute import Spare
 
     try:
-        fault = preflight(settings, f"sqlite:///{db}", workdir / "submitted")
-        conn.send(WorkerStart(fault or ""))
+        fault = preflight(settings, db_url, workdir / "submitted")
+        conn.send(WorkerStart(fault or "").to_dict())
         if fault:
             return
         while (student := conn.recv()) is not None:
-            conn.send(grade_student(settings, student, workdir, f"sqlite:///{db}"))
+            conn.send(grade_student(settings, student, workdir, db_url).to_dict())
     finally:
         Spare.discard()

@@ -281,7 +281,7 @@ def grade_student(settings, student, workdir, db_url, submission=None):
             Autograde(coursedir=CourseDirectory(config=c), config=c).start()
             for graded in sorted((out / AUTOGRADED).rglob("*.ipynb")):
                 executed = nbformat.read(graded, as_version=4)
-                result.events += [LimitEvent(**e) for e in events(executed)]
+                result.events += [LimitEvent.from_dict(e) for e in events(executed)]
                 result.flags += [f for f in flags(executed) if f not in result.flags]  # judged calls
             apply_late_policy(db_url, settings.assignment, settings.course)
             c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
@@ -290,8 +290,7 @@ def grade_student(settings, student, workdir, db_url, submission=None):
             c.BaseConverter.force = True
             generate_feedback(c)
             result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
-            manual = {g.name for nb in result.notebooks for g in nb.grades if g.auto_score is None}
-            result.files = collect_files(out, student, settings.assignment, manual)
+            result.files = collect_files(out, student, settings.assignment, result.manual_cells())
         else:  # the page says why; the staged times let release_feedback hand it back too
             staged = scratch / INTERNAL_ID / settings.assignment
             folder = f"{FEEDBACK}/{student}/{settings.assignment}"

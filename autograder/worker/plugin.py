@@ -24,6 +24,7 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
+from ..core.gradebook import sqlite_url
 from ..core.nbgrader_config import prepare_nbgrader
 from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
@@ -121,7 +122,7 @@ class GradingPlugin(WorkerPlugin):
         return Path(self.settings.workdir) / "grader"
 
     def db_url(self):
-        return f"sqlite:///{self.grader_dir() / 'gradebook.db'}"
+        return sqlite_url(self.grader_dir() / "gradebook.db")
 
     def grade(self, student, submission):
         """Grade one submission (an :class:`autograder.worker.intake.Submission`, read by the
@@ -129,7 +130,7 @@ class GradingPlugin(WorkerPlugin):
         with _GRADING:
             self.enter()
             return pipeline.grade_student(self.settings, student, self.grader_dir(), self.db_url(),
-                                          submission=submission)
+                                          submission=submission).to_dict()
 
 
 _GRADING = threading.Lock()  # one submission at a time per worker process, whatever the run
@@ -140,7 +141,8 @@ class _State:
 
 
 def grade_task(plugin_name, student, submission):
-    """The Dask task: grade ``student``'s ``submission`` with this worker's plugin of the run."""
+    """The Dask task: grade ``student``'s ``submission`` with this worker's plugin of the run;
+    its :class:`~autograder.core.results.StudentResult` as ``to_dict()``."""
     from distributed import get_worker
 
     return get_worker().plugins[plugin_name].grade(student, submission)

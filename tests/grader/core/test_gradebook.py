@@ -33,7 +33,7 @@ def result(student="ada", add=1.0, status="ok"):
               CellScore("test_softmax_visible", 1.0, 1.0), CellScore("test_softmax_hidden", 0.0, 2.0),
               CellScore("why", None, 1.0))
     return StudentResult(student=student, status=status,
-                         notebooks=[NotebookScores("toy", None, grades, (("why", "see me"),))])
+                         notebooks=[NotebookScores("toy", grades, (("why", "see me"),))])
 
 
 def test_recorded_scores_read_back_cell_for_cell(db):
@@ -163,3 +163,38 @@ def test_postgres_new_students_wait_for_the_write_lock(pg):
         assert thread.is_alive() and not done
     thread.join(30)
     assert done == [(4.0, 7.0, True)]
+
+
+def test_an_sqlite_url_is_taken_apart_in_one_place(tmp_path):
+    path = tmp_path / "a b" / "gradebook.db"
+    assert gradebook.sqlite_path(gradebook.sqlite_url(path)) == path
+    assert gradebook.sqlite_path("postgresql://grader@db/ml101") is None
+    assert gradebook.sqlite_path("sqlite://") is None  # in memory: no file
+
+
+ASSIGNMENT_ROWS = {  # every row of an assignment's registration, by name (ids may differ)
+    "assignment": "SELECT name, duedate, course_id FROM assignment",
+    "notebook": "SELECT name, kernelspec FROM notebook",
+    "cells": "SELECT b.name, b.type, g.max_score, g.cell_type, t.max_score, s.id IS NOT NULL"
+             " FROM base_cell b LEFT JOIN grade_cells g ON g.id = b.id"
+             " LEFT JOIN task_cells t ON t.id = b.id LEFT JOIN solution_cells s ON s.id = b.id",
+    "sources": "SELECT name, cell_type, locked, source, checksum FROM source_cell",
+}
+
+
+def registration(path):
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return {what: sorted(db.execute(query)) for what, query in ASSIGNMENT_ROWS.items()}
+
+
+def test_a_copied_assignment_is_the_registration_nbgrader_makes(db, tmp_path):
+    """The run's template gradebook is a copy of the class gradebook's registration: the
+    same notebooks and cells (hidden tests, checksums, points) as generating into it."""
+    copy = tmp_path / "template.db"
+    gradebook.copy_assignment(db, gradebook.sqlite_url(copy), "toy")
+    generated = registration(gradebook.sqlite_path(db))
+    assert registration(copy) == generated
+    assert sum(1 for cell in generated["cells"] if cell[2] is not None) == 5  # the toy's graded cells
+    assert any("HIDDEN TESTS" in source for _, _, _, source, _ in generated["sources"])
