@@ -12,7 +12,12 @@ and resolved, then checked against the folder it lives in:
 * ``autograder/worker/``: nothing of ``host``;
 * ``autograder/checks/``: the library, NumPy and torch, not the grader's processes;
 * ``lib/transformer_ref`` never imports the grader; nothing outside ``tests/`` imports
-  ``tests/`` (the test helpers' module names included).
+  ``tests/`` (the test helpers' module names included), but for the benchmarks' use of the
+  throwaway servers of ``tests/servers.py``;
+* the grader starts no server of its own (no HTTP or socket server module under
+  ``autograder/``: the test servers live in ``tests/servers.py``), and it never imports the
+  book build (``scripts/``), where the grading environment is derived for the book
+  (``scripts/environment.py``).
 """
 
 import ast
@@ -131,3 +136,29 @@ def test_the_library_never_imports_the_grader_or_the_build():
 @pytest.mark.parametrize("folder", ["autograder", "lib", "scripts"])
 def test_nothing_outside_tests_imports_tests(folder):
     assert violations(ROOT / folder, lambda n: top(n) not in TEST_HELPERS) == []
+
+
+def test_top_level_modules_and_benchmarks_import_no_tests_but_the_servers():
+    # the benchmarks measure against the same throwaway PostgreSQL and Dask servers as the tests
+    root_modules = [(path.name, name) for path in sorted(ROOT.glob("*.py")) for name in sorted(imports(path))
+                    if top(name) in TEST_HELPERS]
+    assert root_modules == []
+    assert violations(ROOT / "benchmarks", lambda n: top(n) not in TEST_HELPERS
+                      or n.split(".")[:2] == ["tests", "servers"]) == []
+
+
+# Modules that serve: a test server (the formgrader's, JupyterLab's, PostgreSQL, Dask) lives in
+# tests/servers.py, never in the grader.
+SERVER_MODULES = {"http.server", "socketserver", "wsgiref", "xmlrpc.server", "aiohttp", "tornado.web",
+                  "tornado.httpserver", "jupyter_server.serverapp", "notebook", "nbgrader.server_extensions"}
+
+
+def serves(name):
+    return any(name == m or name.startswith(m + ".") for m in SERVER_MODULES) or name in {
+        "distributed.LocalCluster", "dask.distributed.LocalCluster"}
+
+
+def test_the_grader_holds_no_server_and_never_imports_the_book_build():
+    assert violations(GRADER, lambda n: not serves(n) and top(n) != "scripts") == []
+    assert serves("http.server") and serves("socketserver") and serves("distributed.LocalCluster")
+    assert (ROOT / "scripts" / "environment.py").is_file()  # the grading environment, for the book
