@@ -42,6 +42,7 @@ from traitlets import Bool, Float, Integer
 from ..core.cells import grade_id, is_setup_cell, is_solution, is_test_cell, visible_source
 from ..core.limits import Limits
 from ..core.results import LimitKind
+from ..kernel.probe import Op
 from ..sandbox.cgroups import MemoryMeter, MeterUnavailable
 from . import verdict as judge
 from .kernel_manager import SandboxedKernelManager
@@ -332,12 +333,12 @@ class LimitedExecute(Execute):
             ran = [self.nb.cells[i] for i in self._done]
             for cell in (c for c in ran if is_setup_cell(c)):
                 self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
-            channel.request(op="stage", args=list(args), kwargs=kwargs)
+            channel.request(op=Op.STAGE, args=list(args), kwargs=kwargs)
             meter.start()
             for cell in (c for c in ran if is_solution(c)):
                 self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
-            channel.request(op="call_staged", name=name)
-            out = channel.request(op="fetch")["value"]
+            channel.request(op=Op.CALL_STAGED, name=name)
+            out = channel.request(op=Op.FETCH)["value"]
             peak = meter.peak()
         except MeterUnavailable as error:
             raise judge.HostError(f"memory cannot be measured on this grading host: {error}") from None

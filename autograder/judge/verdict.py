@@ -107,7 +107,8 @@ class Channel:
         reply = probe.decode(data, _import_torch)
         if not isinstance(reply, dict):
             raise JudgeError("your notebook's kernel answered the grader with nonsense")
-        if payload["op"] in ("call", "fetch") or (payload["op"] == "call_staged" and "error" in reply):
+        if payload["op"] in (probe.Op.CALL, probe.Op.FETCH) or (payload["op"] == probe.Op.CALL_STAGED
+                                                                and "error" in reply):
             self.flags.update(sdpa_flags(reply.get("sdpa")))
         if "error" in reply:
             raise student_exception(reply["error"])
@@ -153,7 +154,7 @@ class RemoteFunction:
         torch = self.channel.torch_module()
         grad = [i for i, a in enumerate(args)
                 if torch is not None and isinstance(a, torch.Tensor) and a.requires_grad]
-        reply = self.channel.request(op="call", name=self.__name__, args=list(args),
+        reply = self.channel.request(op=probe.Op.CALL, name=self.__name__, args=list(args),
                                      kwargs=kwargs, grad=grad)
         out = reply.get("value")
         if grad and reply.get("requires_grad") and isinstance(out, torch.Tensor):
@@ -163,7 +164,7 @@ class RemoteFunction:
 
     def call_keeping_args(self, *args, **kwargs):
         """``(output, the positional arguments as the function left them)``."""
-        reply = self.channel.request(op="call", name=self.__name__, args=list(args),
+        reply = self.channel.request(op=probe.Op.CALL, name=self.__name__, args=list(args),
                                      kwargs=kwargs, return_args=True)
         return reply.get("value"), tuple(reply.get("args") or ())
 
@@ -183,7 +184,7 @@ def _remote_graph(torch, channel, handle, out, inputs):
 
         @staticmethod
         def backward(ctx, grad_output):
-            reply = channel.request(op="vjp", handle=handle, grad_output=grad_output.detach())
+            reply = channel.request(op=probe.Op.VJP, handle=handle, grad_output=grad_output.detach())
             grads = list(reply.get("grads") or [])
             grads += [None] * (len(inputs) - len(grads))
             return tuple(g if g is None else torch.as_tensor(g, dtype=t.dtype)
@@ -204,12 +205,12 @@ class RemoteNamespace(dict):
     def __missing__(self, name):
         if name in vars(builtins) or name.startswith("__"):
             raise KeyError(name)
-        found = self.channel.request(op="lookup", name=name)
+        found = self.channel.request(op=probe.Op.LOOKUP, name=name)
         if not found.get("found"):
             raise KeyError(name)
         if found.get("callable"):
             return RemoteFunction(self.channel, name)
-        return self.channel.request(op="value", name=name).get("value")
+        return self.channel.request(op=probe.Op.VALUE, name=name).get("value")
 
 
 # -- verdicts --------------------------------------------------------------------------------

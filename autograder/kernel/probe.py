@@ -2,7 +2,7 @@
 
 The judge (:mod:`autograder.judge.verdict`, in the trusted worker) sends this module's
 source into the sandboxed kernel once per judged cell and then asks it, through
-IPython ``user_expressions``, to
+IPython ``user_expressions``, to (each operation is a member of :class:`Op`)
 
 * ``lookup(name)``: is ``name`` defined in the notebook, and is it callable;
 * ``value(name)``: the value of a variable (``ANSWER_...``);
@@ -39,12 +39,27 @@ import base64
 import io
 import json
 import time
+from enum import StrEnum
 
 import numpy as np
 
 # dtypes that may cross the boundary (no object arrays, no structured arrays)
 DTYPES = frozenset("?bBhHiIlLqQefdgFDG")
 MAX_TEXT = 64 * 2**20  # largest encoded message the worker accepts
+MAX_DEPTH = 20  # containers nested deeper than this are refused both ways
+
+
+class Op(StrEnum):
+    """The operations a request may name (its ``op``): the one definition, for the judge
+    that sends them and the probe that answers them. Their values are the wire format."""
+
+    LOOKUP = "lookup"            # is ``name`` defined, and callable?
+    VALUE = "value"              # the value of variable ``name``
+    CALL = "call"                # ``name(*args, **kwargs)``: its output, time and SDPA record
+    VJP = "vjp"                  # gradients of an earlier call's inputs (its ``handle``)
+    STAGE = "stage"              # a measured call, 1/3: keep the decoded inputs
+    CALL_STAGED = "call_staged"  # 2/3: call on them, turn the output into its encodable form
+    FETCH = "fetch"              # 3/3: the encoded reply of the staged call
 
 
 class ProbeError(Exception):
@@ -60,75 +75,111 @@ def _array(tag, arr):
     return {"$": tag, "npy": base64.b64encode(buf.getvalue()).decode("ascii")}
 
 
+def _is_tensor(obj):
+    """A torch tensor, told by its type's name: the kernel need not have imported torch."""
+    return type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter")
+
+
+def _tensor(obj, depth):
+    tensor = obj.detach().cpu()
+    dtype = str(tensor.dtype).replace("torch.", "")
+    if dtype == "bfloat16":
+        tensor = tensor.float()
+    out = _array("tensor", tensor.numpy())
+    out["dtype"] = dtype
+    return out
+
+
+def _string_keyed(obj, depth):
+    if not all(isinstance(k, str) for k in obj):
+        raise TypeError("only dicts with string keys can be graded")
+    return {"$": "dict", "v": {k: _to_jsonable(v, depth + 1) for k, v in obj.items()}}
+
+
+# (types, encoder) in the order they are tried: a bool is an int, so it is taken before
+_ENCODERS = (
+    ((int, np.integer), lambda obj, depth: {"$": "int", "v": str(int(obj))}),
+    ((float, np.floating), lambda obj, depth: {"$": "float", "v": repr(float(obj))}),
+    ((np.bool_,), lambda obj, depth: bool(obj)),
+    ((np.ndarray,), lambda obj, depth: _array("ndarray", obj)),
+    ((list, tuple), lambda obj, depth: {"$": type(obj).__name__,
+                                        "v": [_to_jsonable(x, depth + 1) for x in obj]}),
+    ((dict,), _string_keyed),
+)
+
+
 def _to_jsonable(obj, depth=0):
-    if depth > 20:
+    """``obj`` as JSON-able data: scalars and containers tagged with ``$``, arrays as .npy."""
+    if depth > MAX_DEPTH:
         raise TypeError("value nested too deeply")
     if obj is None or isinstance(obj, (bool, str)):
         return obj
-    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
-        return {"$": "int", "v": str(int(obj))}
-    if isinstance(obj, (float, np.floating)):
-        return {"$": "float", "v": repr(float(obj))}
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.ndarray):
-        return _array("ndarray", obj)
-    if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
-        tensor = obj.detach().cpu()
-        dtype = str(tensor.dtype).replace("torch.", "")
-        if dtype == "bfloat16":
-            tensor = tensor.float()
-        out = _array("tensor", tensor.numpy())
-        out["dtype"] = dtype
-        return out
-    if isinstance(obj, (list, tuple)):
-        return {"$": type(obj).__name__, "v": [_to_jsonable(x, depth + 1) for x in obj]}
-    if isinstance(obj, dict):
-        if not all(isinstance(k, str) for k in obj):
-            raise TypeError("only dicts with string keys can be graded")
-        return {"$": "dict", "v": {k: _to_jsonable(v, depth + 1) for k, v in obj.items()}}
+    for types, encoder in _ENCODERS:
+        if isinstance(obj, types):
+            return encoder(obj, depth)
+    if _is_tensor(obj):
+        return _tensor(obj, depth)
     if hasattr(obj, "__next__") or type(obj).__name__ == "generator":
         return {"$": "iter", "v": [_to_jsonable(x, depth + 1) for x in obj]}
     raise TypeError(f"a value of type {type(obj).__name__} cannot be graded")
 
 
+def _decoded_array(obj, torch, depth):
+    raw = base64.b64decode(obj["npy"], validate=True)
+    arr = np.load(io.BytesIO(raw), allow_pickle=False)
+    if arr.dtype.char not in DTYPES:
+        raise ProbeError(f"array of dtype {arr.dtype}")
+    if obj["$"] == "ndarray":
+        return arr
+    if callable(torch):  # the judge's side: torch is imported when a tensor arrives
+        torch = torch()
+    if torch is None:  # no torch here: compare as NumPy
+        return arr
+    tensor = torch.from_numpy(arr.copy())
+    dtype = getattr(torch, str(obj.get("dtype", "")), None)
+    return tensor.to(dtype) if isinstance(dtype, torch.dtype) else tensor
+
+
+def _decoded_sequence(obj, torch, depth):
+    items = obj.get("v")
+    if not isinstance(items, list):
+        raise ProbeError("malformed sequence")
+    return _SEQUENCES[obj["$"]](_from_jsonable(x, torch, depth + 1) for x in items)
+
+
+def _decoded_dict(obj, torch, depth):
+    items = obj.get("v")
+    if not isinstance(items, dict):
+        raise ProbeError("malformed dict")
+    return {str(k): _from_jsonable(v, torch, depth + 1) for k, v in items.items()}
+
+
+_SEQUENCES = {"list": list, "tuple": tuple, "iter": lambda values: iter(list(values))}
+_DECODERS = {  # tag -> decoder(obj, torch, depth)
+    "int": lambda obj, torch, depth: int(obj["v"]),
+    "float": lambda obj, torch, depth: float(obj["v"]),
+    "ndarray": _decoded_array,
+    "tensor": _decoded_array,
+    "list": _decoded_sequence,
+    "tuple": _decoded_sequence,
+    "iter": _decoded_sequence,
+    "dict": _decoded_dict,
+}
+
+
 def _from_jsonable(obj, torch=None, depth=0):
-    if depth > 20:
+    """The value ``obj`` (what :func:`_to_jsonable` made) stands for; ProbeError otherwise."""
+    if depth > MAX_DEPTH:
         raise ProbeError("value nested too deeply")
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if not isinstance(obj, dict) or "$" not in obj:
         raise ProbeError("malformed value")
     tag = obj["$"]
-    if tag == "int":
-        return int(obj["v"])
-    if tag == "float":
-        return float(obj["v"])
-    if tag in ("ndarray", "tensor"):
-        raw = base64.b64decode(obj["npy"], validate=True)
-        arr = np.load(io.BytesIO(raw), allow_pickle=False)
-        if arr.dtype.char not in DTYPES:
-            raise ProbeError(f"array of dtype {arr.dtype}")
-        if tag == "ndarray":
-            return arr
-        if callable(torch):  # the judge's side: torch is imported when a tensor arrives
-            torch = torch()
-        if torch is None:  # no torch here: compare as NumPy
-            return arr
-        tensor = torch.from_numpy(arr.copy())
-        dtype = getattr(torch, str(obj.get("dtype", "")), None)
-        return tensor.to(dtype) if isinstance(dtype, torch.dtype) else tensor
-    items = obj.get("v")
-    if tag in ("list", "tuple", "iter"):
-        if not isinstance(items, list):
-            raise ProbeError("malformed sequence")
-        values = [_from_jsonable(x, torch, depth + 1) for x in items]
-        return tuple(values) if tag == "tuple" else iter(values) if tag == "iter" else values
-    if tag == "dict":
-        if not isinstance(items, dict):
-            raise ProbeError("malformed dict")
-        return {str(k): _from_jsonable(v, torch, depth + 1) for k, v in items.items()}
-    raise ProbeError(f"unknown tag {tag!r}")
+    decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
+    if decoder is None:
+        raise ProbeError(f"unknown tag {tag!r}")
+    return decoder(obj, torch, depth)
 
 
 def _torch_if_loaded():
@@ -200,6 +251,85 @@ def _sdpa_during(before):
     return [after[0] - before[0], before[1] and after[1]]
 
 
+def _lookup(request, ns, torch):
+    name = request["name"]
+    found = name in ns
+    return encode({"found": found, "callable": found and callable(ns[name])})
+
+
+def _value(request, ns, torch):
+    return encode({"value": ns[request["name"]]})
+
+
+def _grad_inputs(request, args, torch):
+    """The positional inputs the judge differentiates, made leaves that require grad."""
+    inputs = []
+    if torch is not None and request.get("grad"):
+        for i in request["grad"]:
+            args[i] = args[i].detach().requires_grad_(True)
+            inputs.append(args[i])
+    return inputs
+
+
+def _call(request, ns, torch):
+    fn = ns[request["name"]]
+    args, kwargs = request["args"], request["kwargs"]
+    grad_inputs = _grad_inputs(request, args, torch)
+    sdpa = _sdpa_count()
+    start = time.perf_counter()
+    try:
+        out = fn(*args, **kwargs)
+    except BaseException as error:  # noqa: BLE001 - reported to the judge
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        return encode({**_error(error), "sdpa": _sdpa_during(sdpa)})
+    seconds = time.perf_counter() - start
+    reply = {"value": out, "seconds": seconds, "sdpa": _sdpa_during(sdpa)}
+    if request.get("return_args"):
+        reply["args"] = list(args)
+    if grad_inputs:
+        handle_id = str(len(_KEPT))
+        _KEPT[handle_id] = (out, grad_inputs)
+        reply["handle"] = handle_id
+        reply["requires_grad"] = bool(getattr(out, "requires_grad", False))
+    return encode(reply)
+
+
+def _stage(request, ns, torch):
+    """The inputs of a measured call, decoded before any student code."""
+    _KEPT["staged"] = (request["args"], request["kwargs"])
+    return encode({"staged": True})
+
+
+def _call_staged(request, ns, torch):
+    """Inside the measured window, the output's encodable form included."""
+    args, kwargs = _KEPT.pop("staged")
+    fn = ns[request["name"]]
+    sdpa = _sdpa_count()
+    try:
+        out = fn(*args, **kwargs)
+        _KEPT["out"] = _to_jsonable({"value": out, "sdpa": _sdpa_during(sdpa)})
+    except BaseException as error:  # noqa: BLE001 - reported to the judge
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        return encode({**_error(error), "sdpa": _sdpa_during(sdpa)})
+    return encode({"done": True})
+
+
+def _fetch(request, ns, torch):
+    return _text(_KEPT.pop("out"))
+
+
+def _vjp(request, ns, torch):
+    out, inputs = _KEPT.pop(request["handle"])
+    grads = torch.autograd.grad(out, inputs, request["grad_output"], allow_unused=True)
+    return encode({"grads": list(grads)})
+
+
+_ANSWERS = {Op.LOOKUP: _lookup, Op.VALUE: _value, Op.CALL: _call, Op.VJP: _vjp,
+            Op.STAGE: _stage, Op.CALL_STAGED: _call_staged, Op.FETCH: _fetch}
+
+
 def handle(request_text):
     """Answer one request of the judge (base64 JSON in, base64 JSON out)."""
     torch = _torch_if_loaded()
@@ -207,60 +337,10 @@ def handle(request_text):
         request = decode(request_text, torch)
         op = request["op"]
         ns = _user_ns()
-        if op == "lookup":
-            name = request["name"]
-            found = name in ns
-            return encode({"found": found, "callable": found and callable(ns[name])})
-        if op == "value":
-            return encode({"value": ns[request["name"]]})
-        if op == "call":
-            fn = ns[request["name"]]
-            args, kwargs = request["args"], request["kwargs"]
-            grad_inputs = []
-            if torch is not None and request.get("grad"):
-                for i in request["grad"]:
-                    args[i] = args[i].detach().requires_grad_(True)
-                    grad_inputs.append(args[i])
-            sdpa = _sdpa_count()
-            start = time.perf_counter()
-            try:
-                out = fn(*args, **kwargs)
-            except BaseException as error:  # noqa: BLE001 - reported to the judge
-                if isinstance(error, KeyboardInterrupt):
-                    raise
-                return encode({**_error(error), "sdpa": _sdpa_during(sdpa)})
-            seconds = time.perf_counter() - start
-            reply = {"value": out, "seconds": seconds, "sdpa": _sdpa_during(sdpa)}
-            if request.get("return_args"):
-                reply["args"] = list(args)
-            if grad_inputs:
-                handle_id = str(len(_KEPT))
-                _KEPT[handle_id] = (out, grad_inputs)
-                reply["handle"] = handle_id
-                reply["requires_grad"] = bool(getattr(out, "requires_grad", False))
-            return encode(reply)
-        if op == "stage":  # the inputs of a measured call, decoded before any student code
-            _KEPT["staged"] = (request["args"], request["kwargs"])
-            return encode({"staged": True})
-        if op == "call_staged":  # inside the measured window, the output's encoding included
-            args, kwargs = _KEPT.pop("staged")
-            fn = ns[request["name"]]
-            sdpa = _sdpa_count()
-            try:
-                out = fn(*args, **kwargs)
-                _KEPT["out"] = _to_jsonable({"value": out, "sdpa": _sdpa_during(sdpa)})
-            except BaseException as error:  # noqa: BLE001
-                if isinstance(error, KeyboardInterrupt):
-                    raise
-                return encode({**_error(error), "sdpa": _sdpa_during(sdpa)})
-            return encode({"done": True})
-        if op == "fetch":
-            return _text(_KEPT.pop("out"))
-        if op == "vjp":
-            out, inputs = _KEPT.pop(request["handle"])
-            grads = torch.autograd.grad(out, inputs, request["grad_output"], allow_unused=True)
-            return encode({"grads": list(grads)})
-        return encode(_error(ValueError(f"unknown op {op!r}")))
+        answer = _ANSWERS.get(op) if isinstance(op, str) else None
+        if answer is None:
+            return encode(_error(ValueError(f"unknown op {op!r}")))
+        return answer(request, ns, torch)
     except BaseException as error:  # noqa: BLE001
         if isinstance(error, KeyboardInterrupt):
             raise
