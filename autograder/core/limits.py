@@ -2,15 +2,14 @@
 
 The command line (``python -m autograder grade --timeout-cell ...``), the driver,
 the workers, the executor, the sandbox launcher and the course's
-``nbgrader_config.py`` all read these defaults from here; the value travels to
+``nbgrader_config.py`` all read these defaults from here; the sandbox's part
+(:meth:`Limits.sandbox`, a :class:`~autograder.sandbox.limits.SandboxLimits`) travels to
 the sandbox launcher as JSON in one environment variable.
 """
 
-import json
-import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
-ENV = "AUTOGRADER_LIMITS"
+from ..sandbox.limits import SandboxLimits
 
 
 @dataclass(frozen=True)
@@ -36,22 +35,13 @@ class Limits:
     disk_mb: int = 256
     cpu_seconds: int = 0
 
-    def for_sandbox(self):
-        """The JSON the sandbox launcher reads (``cpu_seconds`` resolved)."""
-        values = asdict(self)
-        values["cpu_limit"] = self.cpu_seconds or int(self.notebook_timeout) + 60
-        return json.dumps(values)
+    def sandbox(self) -> SandboxLimits:
+        """What the sandbox enforces on each kernel (``cpu_seconds`` resolved: 0 becomes the
+        notebook's wall clock plus a minute)."""
+        return SandboxLimits(memory_mb=self.memory_mb, max_tasks=self.max_tasks,
+                             disk_mb=self.disk_mb,
+                             cpu_seconds=self.cpu_seconds or int(self.notebook_timeout) + 60)
 
     def environment(self):
-        """``{ENV: json}``: how the limits reach the sandbox launcher."""
-        return {ENV: self.for_sandbox()}
-
-    @classmethod
-    def from_environment(cls, environ=None):
-        """The limits in ``environ`` (default ``os.environ``), else the defaults."""
-        text = (environ or os.environ).get(ENV)
-        if not text:
-            return cls()
-        values = json.loads(text)
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
+        """How the sandbox's part reaches the launcher: ``{AUTOGRADER_LIMITS: json}``."""
+        return self.sandbox().environment()

@@ -32,6 +32,7 @@ from traitlets import Bool, Unicode
 from ..core.limits import Limits
 from ..sandbox import cgroups
 from ..sandbox.launcher import BOOT, NOBODY, kernel_argv
+from ..sandbox.limits import SandboxLimits
 
 
 SOCKET_BASE = "/tmp"  # fixed and short, whatever TMPDIR says: socket paths must stay short
@@ -99,7 +100,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self.startup_log:
             kw["stderr"] = open(self.startup_log, "ab")  # the kernel's copy; ours closes at launch
         env = dict(kw.pop("env", None) or os.environ)
-        env.update(Limits.from_environment(env).environment())
+        env.update((SandboxLimits.from_environment(env) or Limits().sandbox()).environment())
         kw["env"] = env
         result = await super()._async_pre_start_kernel(**kw)
         if self.sandboxed:

@@ -3,8 +3,9 @@
 :data:`BOOT` run as ``python -I -c BOOT -f CONNECTION_FILE [kernel options]`` is the command
 that :class:`autograder.judge.kernel_manager.SandboxedKernelManager` launches for each kernel
 (it imports this package alone, by path: ``-I`` puts nothing of the caller's environment on
-``sys.path``). It reads the run's limits (JSON in ``AUTOGRADER_LIMITS``, written by
-:class:`autograder.core.limits.Limits`) and then, in this order:
+``sys.path``). It reads the run's :class:`~autograder.sandbox.limits.SandboxLimits` (JSON in
+``AUTOGRADER_LIMITS``, written from :class:`autograder.core.limits.Limits`) and then, in this
+order:
 
 1. as root, creates a cgroup of its own (``autograder/k<run>-<pid>``, cgroup v2 or the v1
    ``pids`` and ``memory`` controllers) with the process and memory caps, and moves
@@ -29,7 +30,6 @@ The worker and the driver import it too (:func:`unavailable_reason`); like all o
 milliseconds before bubblewrap.
 """
 
-import json
 import os
 import resource
 import shutil
@@ -37,6 +37,7 @@ import subprocess
 import sys
 
 from .cgroups import cgroup_version, create_cgroup, kernel_group, sweep_cgroups
+from .limits import SandboxLimits
 
 NOBODY = 65534
 SCRATCH = "/tmp"     # the kernel's home, working directory and only writable place
@@ -90,7 +91,7 @@ def python_roots():
     return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr")
 
 
-def kernel_environment(limits):
+def kernel_environment():
     """The kernel's whole environment (bwrap starts from an empty one)."""
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -114,7 +115,7 @@ def kernel_environment(limits):
     }
 
 
-def bwrap_argv(kernel_argv, socket_dir, limits, *, as_root):
+def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root):
     """The ``bwrap`` command line that runs ``kernel_argv`` in the sandbox."""
     argv = [shutil.which("bwrap") or "bwrap",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -122,12 +123,12 @@ def bwrap_argv(kernel_argv, socket_dir, limits, *, as_root):
             "--hostname", "grader", "--clearenv"]
     if not as_root:
         argv += ["--unshare-user"]
-    for key, value in kernel_environment(limits).items():
+    for key, value in kernel_environment().items():
         argv += ["--setenv", key, value]
     argv += system_binds()
     # the scratch tmpfs first: a Python or a course that lives under /tmp is mounted over it
     argv += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(limits["disk_mb"] * 2**20), "--tmpfs", SCRATCH]
+             "--perms", "1777", "--size", str(limits.disk_mb * 2**20), "--tmpfs", SCRATCH]
     argv += _mount_tree(python_roots())
     for parent in _ancestors(socket_dir):
         if parent != SCRATCH:
@@ -142,14 +143,20 @@ def bwrap_argv(kernel_argv, socket_dir, limits, *, as_root):
     return argv + list(kernel_argv)
 
 
-def set_rlimits(limits):
-    """Inherited caps: address space, CPU seconds, file size, no core dumps."""
-    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits["disk_mb"] * 2**20)]
-    if limits["memory_mb"] > 0:
-        caps.append((resource.RLIMIT_AS, limits["memory_mb"] * 2**20))
-    if limits["cpu_limit"] > 0:
-        caps.append((resource.RLIMIT_CPU, int(limits["cpu_limit"])))
-    for which, value in caps:
+def rlimits(limits: SandboxLimits):
+    """``(resource, value)`` caps, soft and hard alike: address space, CPU seconds, file size,
+    no core dumps (0 in ``limits``: no cap of that kind)."""
+    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits.disk_mb * 2**20)]
+    if limits.memory_mb > 0:
+        caps.append((resource.RLIMIT_AS, limits.memory_mb * 2**20))
+    if limits.cpu_seconds > 0:
+        caps.append((resource.RLIMIT_CPU, limits.cpu_seconds))
+    return caps
+
+
+def set_rlimits(limits: SandboxLimits):
+    """Set :func:`rlimits`: inherited by bubblewrap and the kernel."""
+    for which, value in rlimits(limits):
         resource.setrlimit(which, (value, value))
 
 
@@ -163,14 +170,19 @@ def kernel_argv(argv):
 
 def launch(argv):
     """The launcher: cgroup, rlimits, then exec bwrap with the kernel command."""
-    limits = json.loads(os.environ["AUTOGRADER_LIMITS"])
+    try:
+        limits = SandboxLimits.from_environment(os.environ)
+    except ValueError as error:
+        sys.exit(f"autograder sandbox: {error}; not starting a kernel")
+    if limits is None:
+        sys.exit("autograder sandbox: no limits in the environment; not starting a kernel")
     connection_file = argv[argv.index("-f") + 1]
     socket_dir = os.path.dirname(os.path.abspath(connection_file))
     as_root = os.geteuid() == 0
     if as_root:
         sweep_cgroups()
-        if cgroup_version() and not create_cgroup(kernel_group(os.getpid()), limits["max_tasks"],
-                                                  limits["memory_mb"] * 2**20):
+        if cgroup_version() and not create_cgroup(kernel_group(os.getpid()), limits.max_tasks,
+                                                  limits.memory_mb * 2**20):
             sys.exit("autograder sandbox: cannot create the kernel's cgroup; not starting a kernel "
                      "without its process and memory caps")
     set_rlimits(limits)
@@ -185,7 +197,8 @@ def unavailable_reason():
         return "bubblewrap is not installed (apt-get install bubblewrap)"
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         return "setpriv is not installed (apt-get install util-linux)"
-    probe = bwrap_argv(["/bin/true"], "/tmp", {"disk_mb": 1, "memory_mb": 0},
+    probe = bwrap_argv(["/bin/true"], "/tmp", SandboxLimits(memory_mb=0, max_tasks=0, disk_mb=1,
+                                                            cpu_seconds=0),
                        as_root=os.geteuid() == 0)
     try:
         done = subprocess.run(probe, capture_output=True, timeout=30, text=True)
