@@ -22,6 +22,7 @@ import copy
 import io
 import re
 import tokenize
+from dataclasses import dataclass, field
 
 from ..core.cells import grade_id, is_locked
 
@@ -48,12 +49,27 @@ def strip_comments(source):
         return source
 
 
-def audit(submission_nb, release_nb):
-    """Compare a submission with its student version.
+@dataclass(frozen=True)
+class AuditFindings:
+    """What :func:`audit` found in one notebook (the module's docstring says what each means)."""
 
-    Returns ``dict(tampered=[grade_id...], deleted=[grade_id...], flags=[name...],
-    resemblances=[text...], functions={name: source})``.
-    """
+    tampered: list[str] = field(default_factory=list)      # grade ids of edited locked cells
+    deleted: list[str] = field(default_factory=list)       # grade ids of deleted locked cells
+    flags: list[str] = field(default_factory=list)         # flag names, sorted
+    resemblances: list[str] = field(default_factory=list)  # one line per resemblance
+    functions: dict[str, str] = field(default_factory=dict)  # name -> source the student wrote
+
+    def record(self, result):
+        """Add these findings to ``result`` (a :class:`~autograder.core.results.StudentResult`
+        that may hold another notebook's): each item once, in the order found."""
+        for found, kept in ((self.tampered, result.tampered), (self.deleted, result.deleted),
+                            (self.flags, result.flags), (self.resemblances, result.resemblances)):
+            kept.extend(x for x in found if x not in kept)
+        result.functions.update(self.functions)
+
+
+def audit(submission_nb, release_nb) -> AuditFindings:
+    """Compare a submission with its student version."""
     from .similarity import functions, resembles_reference
 
     locked = locked_cells(release_nb)
@@ -78,8 +94,8 @@ def audit(submission_nb, release_nb):
             written.update((name, source) for name, source, _ in functions(cell.source)
                            if shape_of(source) not in stubs)
     deleted = [gid for gid in locked if gid not in seen]
-    return dict(tampered=tampered, deleted=deleted, flags=sorted(flags),
-                resemblances=resemblances, functions=written)
+    return AuditFindings(tampered=tampered, deleted=deleted, flags=sorted(flags),
+                         resemblances=resemblances, functions=written)
 
 
 def shape_of(source):

@@ -161,10 +161,8 @@ def stage_submission(settings, student, scratch, submission=None):
         if intake.reseated:
             result.flags.append("reseated")
         found = audit(nb, release)
-        for key in ("tampered", "deleted", "flags", "resemblances"):
-            getattr(result, key).extend(x for x in found[key] if x not in getattr(result, key))
-        result.functions.update(found["functions"])
-        if found["deleted"]:
+        found.record(result)
+        if found.deleted:
             nb = restore_deleted(nb, release)
         nbformat.write(nb, dest / release_path.name)
     return result

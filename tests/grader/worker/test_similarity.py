@@ -55,9 +55,9 @@ def test_audit_flags_resemblance_and_collects_functions():
     pasted = "import numpy as np\n" + renamed(ref.apply_rope, "x", "y")
     submission = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(pasted)])
     found = audit(submission, release)
-    assert "resembles-reference" in found["flags"]
-    assert found["resemblances"] and "apply_rope" in found["resemblances"][0]
-    assert set(found["functions"]) == {"apply_rope"}
+    assert "resembles-reference" in found.flags
+    assert found.resemblances and "apply_rope" in found.resemblances[0]
+    assert set(found.functions) == {"apply_rope"}
 
 
 def test_classmates_with_the_same_function_are_paired():
@@ -82,7 +82,7 @@ def test_functions_still_equal_to_their_stub_are_nobodys_work():
     """Two untouched notebooks share the stubs: that is not copying."""
     release = nbformat.read(ROOT / "release" / "06-flash-attention" / "06-flash-attention.ipynb",
                             as_version=4)
-    assert audit(release, release)["functions"] == {}
+    assert audit(release, release).functions == {}
     solved = nbformat.read(ROOT / "solutions" / "06-flash-attention" / "06-flash-attention.ipynb",
                            as_version=4)
-    assert "flash_attention" in audit(solved, release)["functions"]
+    assert "flash_attention" in audit(solved, release).functions
