@@ -224,9 +224,12 @@ def late_policy(text):
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+RAW = argparse.RawDescriptionHelpFormatter
+
+
 def parser():
     top = argparse.ArgumentParser(prog="python -m autograder", description=DESCRIPTION,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+                                  formatter_class=RAW)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", default=".", help="course root (default: the current directory)")
     common.add_argument("--db", default=None, type=engine_url,
@@ -234,9 +237,14 @@ def parser():
                              "postgresql://USER@HOST:PORT/DB for a PostgreSQL server")
     common.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    raw = argparse.RawDescriptionHelpFormatter
+    for add in (add_generate, add_grade, add_feedback, add_export, add_roster, add_collect, add_report):
+        add(sub, common)
+    return top
 
-    p = sub.add_parser("generate", parents=[common], formatter_class=raw,
+
+def add_generate(sub, common):
+    """The ``generate`` command's options."""
+    p = sub.add_parser("generate", parents=[common], formatter_class=RAW,
                        help="generate student versions into release/",
                        description="Run nbgrader generate_assignment from solutions/<id>/ into "
                                    "release/<id>/ (hidden tests and solutions removed).\n"
@@ -247,7 +255,10 @@ def parser():
     p.add_argument("--check", action="store_true", help="only report stale student versions")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("grade", parents=[common], formatter_class=raw,
+
+def add_grade(sub, common):
+    """The ``grade`` command's options."""
+    p = sub.add_parser("grade", parents=[common], formatter_class=RAW,
                        help="autograde every submission of an assignment", description=GRADE_HELP)
     p.add_argument("assignment", help="assignment id, e.g. 01-rope")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count(),
@@ -279,7 +290,10 @@ def parser():
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grade)
 
-    p = sub.add_parser("feedback", parents=[common], formatter_class=raw,
+
+def add_feedback(sub, common):
+    """The ``feedback`` command's options."""
+    p = sub.add_parser("feedback", parents=[common], formatter_class=RAW,
                        help="regenerate feedback HTML from the gradebook",
                        description="Write feedback/<student>/<ASSIGNMENT>/*.html from autograded/ "
                                    "and the gradebook's current scores (manual grades included). "
@@ -289,7 +303,10 @@ def parser():
     p.add_argument("--students", default=None, metavar="A,B", help="only these students")
     p.set_defaults(func=cmd_feedback)
 
-    p = sub.add_parser("export", parents=[common], formatter_class=raw,
+
+def add_export(sub, common):
+    """The ``export`` command's options."""
+    p = sub.add_parser("export", parents=[common], formatter_class=RAW,
                        help="export the gradebook to CSV",
                        description="Export scores from the gradebook (nbgrader's CSV format: one "
                                    "row per student and assignment, manual grades and late "
@@ -301,7 +318,10 @@ def parser():
                    help="write the layout this LMS imports instead of the full CSV")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("roster", parents=[common], formatter_class=raw,
+
+def add_roster(sub, common):
+    """The ``roster`` command's options."""
+    p = sub.add_parser("roster", parents=[common], formatter_class=RAW,
                        help="load roster.csv (names, emails, LMS ids) into the gradebook",
                        description="Read the roster (columns student_id, name, email, lms_id) and "
                                    "put every student in the gradebook; with --check, list roster "
@@ -313,7 +333,10 @@ def parser():
                    help="compare the roster with the submissions of ASSIGNMENT")
     p.set_defaults(func=cmd_roster)
 
-    p = sub.add_parser("collect", parents=[common], formatter_class=raw,
+
+def add_collect(sub, common):
+    """The ``collect`` command's options."""
+    p = sub.add_parser("collect", parents=[common], formatter_class=RAW,
                        help="unpack an LMS bulk download (Canvas, Moodle) into submitted/",
                        description="Put each notebook of a Canvas or Moodle bulk download (a zip) "
                                    "into submitted/<student>/<ASSIGNMENT>/ with a timestamp.txt, "
@@ -328,7 +351,10 @@ def parser():
     p.add_argument("archive", help="the bulk download (.zip)")
     p.set_defaults(func=cmd_collect)
 
-    p = sub.add_parser("report", parents=[common], formatter_class=raw,
+
+def add_report(sub, common):
+    """The ``report`` command's options."""
+    p = sub.add_parser("report", parents=[common], formatter_class=RAW,
                        help="write the instructor's report: what the class got wrong",
                        description="Write reports/<ASSIGNMENT>.html (scores, test cells by part, "
                                    "the most common failure messages, parts failed together, "
@@ -343,7 +369,6 @@ def parser():
                    help="stable pseudonyms instead of student ids, no names, no links to "
                         "feedback pages (for sharing with TAs or in a paper)")
     p.set_defaults(func=cmd_report)
-    return top
 
 
 def main(argv=None):

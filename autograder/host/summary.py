@@ -132,6 +132,24 @@ def isolation(settings):
     return f"sandboxed (bubblewrap, user nobody, no network; {caps})"
 
 
+def roll_call(p, policy, skipped, lateness, roster):
+    """The summary's lines about who was not graded now, or late: skipped, missing, not on
+    the roster, late under ``policy`` (``p``: print one line)."""
+    if skipped:
+        p(f"Unchanged since last graded (skipped; --force re-grades them): {len(skipped)}")
+    if roster and roster.missing:
+        p(f"On the roster, no submission (missing): {len(roster.missing)}: "
+          f"{', '.join(map(printable, roster.missing))}")
+    if roster and roster.not_on_roster:
+        p(f"Submitted, not on the roster: {len(roster.not_on_roster)}: "
+          f"{', '.join(map(printable, roster.not_on_roster))}")
+    late = {s: v for s, v in (lateness or {}).items() if v.late_by}
+    if late:
+        p(f"Late ({policy}): {len(late)}")
+        for student, v in sorted(late.items()):
+            p(f"  {printable(student)}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
+
+
 def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
            lateness=None, roster=None):
     """Print the class summary."""
@@ -143,19 +161,7 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
       f" (cell {lim.cell_timeout} s, notebook {lim.notebook_timeout:g} s,"
       f" memory {lim.memory_mb} MiB, output {lim.output_limit} B/cell, scratch {lim.disk_mb} MiB;"
       f" {isolation(settings)}).")
-    if skipped:
-        p(f"Unchanged since last graded (skipped; --force re-grades them): {len(skipped)}")
-    if roster and roster.missing:
-        p(f"On the roster, no submission (missing): {len(roster.missing)}: "
-          f"{', '.join(map(printable, roster.missing))}")
-    if roster and roster.not_on_roster:
-        p(f"Submitted, not on the roster: {len(roster.not_on_roster)}: "
-          f"{', '.join(map(printable, roster.not_on_roster))}")
-    late = {s: v for s, v in (lateness or {}).items() if v.late_by}
-    if late:
-        p(f"Late ({settings.course.policy(assignment)}): {len(late)}")
-        for student, v in sorted(late.items()):
-            p(f"  {printable(student)}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
+    roll_call(p, settings.course.policy(assignment), skipped, lateness, roster)
     if not n:
         return
     scores = [r.score for r in results]
