@@ -29,13 +29,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..core.gradebook import open_gradebook, sqlite_path
+from ..core.results import Status
 from ..core.untrusted import csv_safe
 
 CSV_COLUMNS = ("student_id", "name", "email", "lms_id", "assignment", "duedate", "submitted_at",
                "late_by", "late_penalty", "score", "max_score", "needs_manual", "status")
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 LAYOUTS = ("canvas", "moodle")
-GRADED, MISSING = "graded", "missing"
+GRADED = "graded"       # the export's status of a student with a submission in the gradebook
+MISSING = Status.MISSING  # ... and of one without
 
 
 @dataclass(frozen=True)
