@@ -1,5 +1,7 @@
 """The Triton backend of transformer_ref: FlashAttention as a real GPU kernel.
 
+::
+
     from transformer_ref import triton as fref     # needs: pip install -r requirements-triton.lock
     out = fref.flash_attention(q, k, v, causal=True)
 
