@@ -31,10 +31,12 @@ script times that at the test sizes only: a correctness tool, not a speed claim.
 
 import argparse
 import gc
+import math
 import os
 import subprocess
 import sys
 import time
+from functools import partial
 
 from transformer_ref.measure import traced_peak  # imports neither NumPy nor torch
 
@@ -47,14 +49,25 @@ def set_threads(n):
         os.environ[var] = str(n)
 
 
-def best_time(fn, repeats):
-    """Best wall-clock seconds of ``repeats`` calls (the least disturbed by other load)."""
-    times = []
+def best_times(fns, repeats):
+    """Best wall-clock seconds of ``repeats`` calls of each function of the dict ``fns``, interleaved.
+
+    Round r calls every function once (a, b, c, a, b, c, ...), so load that comes and goes on a
+    shared machine falls on all of them alike and their ratios stay fair; the best call of each
+    is the one least disturbed.
+    """
+    times = {name: math.inf for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name] = min(times[name], time.perf_counter() - start)
+    return times
+
+
+def best_time(fn, repeats):
+    """Best wall-clock seconds of ``repeats`` calls of ``fn`` (the least disturbed by other load)."""
+    return best_times({"fn": fn}, repeats)["fn"]
 
 
 def numpy_peak_bytes(fn):
@@ -135,7 +148,7 @@ def run_numpy(sizes, repeats, causal_t, threads):
     for T, causal in rows:
         q, k, v = (rng.standard_normal((1, T, D), dtype=np.float32) for _ in range(3))
         fns = numpy_functions(causal)
-        t = {name: best_time(lambda: fn(q, k, v), repeats) for name, fn in fns.items()}
+        t = best_times({name: partial(fn, q, k, v) for name, fn in fns.items()}, repeats)
         m = {name: numpy_peak_bytes(lambda: fn(q, k, v)) for name, fn in fns.items()}
         print(f"{T:>6} {'causal' if causal else 'full':>6} | {t['naive']:8.3f} {t['flash']:8.3f} "
               f"{t['flash'] / t['naive']:10.2f}x | {mib(m['naive'])} {mib(m['flash'])} "
@@ -155,12 +168,63 @@ def run_torch(sizes, repeats, causal_t, threads):
         q, k, v = (torch.randn(1, 1, T, D) for _ in range(3))
         fns = torch_functions(causal)
         with torch.no_grad():
-            t = {name: best_time(lambda: fn(q, k, v), repeats) for name, fn in fns.items()}
+            t = best_times({name: partial(fn, q, k, v) for name, fn in fns.items()}, repeats)
         m = {name: torch_peak_bytes(name, T, causal, threads) for name in fns}
         print(f"{T:>6} {'causal' if causal else 'full':>6} | {t['naive']:8.3f} {t['F.sdpa']:8.3f} "
               f"{t['flash']:8.3f} {t['flash'] / t['F.sdpa']:9.2f}x {t['flash'] / t['naive']:10.2f}x | "
               f"{mib(m['naive'])} {mib(m['F.sdpa'])} {mib(m['flash'])} {100 * m['flash'] / m['naive']:10.2f}%",
               flush=True)
+
+
+# Tile shapes of --sweep: query rows x keys per tile
+SWEEP_BLOCK_Q = (128, 256, 512, 1024, 2048)
+SWEEP_BLOCK_K = (512, 1024, 2048, 4096, 8192)
+
+
+def run_sweep(backend, T, repeats, threads):
+    """Time ``flash_attention`` at every tile shape against the backend's yardstick, full and causal.
+
+    The yardstick is the naive version for NumPy and ``F.scaled_dot_product_attention`` for torch;
+    all shapes and the yardstick run interleaved (:func:`best_times`), so the ratios compare calls
+    made under the same load. ``*`` marks the library's default tiles.
+    """
+    if backend == "numpy":
+        import contextlib
+
+        import numpy as np
+
+        from transformer_ref.numpy import flash
+
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((1, T, D), dtype=np.float32) for _ in range(3))
+        yardstick, functions, no_grad = "naive", numpy_functions, contextlib.nullcontext
+        print(f"\nNumPy {np.__version__} tile sweep ({threads} BLAS threads)", end="")
+    else:
+        import torch
+
+        from transformer_ref.torch import flash
+
+        torch.set_num_threads(threads)
+        q, k, v = (torch.randn(1, 1, T, D) for _ in range(3))
+        yardstick, functions, no_grad = "F.sdpa", torch_functions, torch.no_grad
+        print(f"\ntorch {torch.__version__} tile sweep (CPU, {threads} threads)", end="")
+    print(f": T = S = {T}, D = {D}, float32, one head; best of {repeats}, interleaved with {yardstick}; "
+          f"load average {os.getloadavg()[0]:.2f} at the start")
+    shapes = [(bq, bk) for bq in SWEEP_BLOCK_Q for bk in SWEEP_BLOCK_K if bq <= T and bk <= T]
+    t = {}
+    for causal in (False, True):
+        fns = {yardstick: partial(functions(causal)[yardstick], q, k, v)}
+        fns |= {shape: partial(flash.flash_attention, q, k, v, causal=causal, block_q=shape[0], block_k=shape[1])
+                for shape in shapes}
+        with no_grad():
+            t[causal] = best_times(fns, repeats)
+    print(f"{'block_q':>7} {'block_k':>7} | {'full s':>7} {'/ ' + yardstick:>9} | {'causal s':>8} {'/ ' + yardstick:>9}")
+    print(f"{yardstick:>15} | {t[False][yardstick]:7.3f} {'':>9} | {t[True][yardstick]:8.3f}")
+    for shape in shapes:
+        default = "*" if shape == (flash.DEFAULT_BLOCK_Q, flash.DEFAULT_BLOCK_K) else " "
+        print(f"{shape[0]:>6}{default} {shape[1]:>7} | {t[False][shape]:7.3f} {t[False][shape] / t[False][yardstick]:8.2f}x"
+              f" | {t[True][shape]:8.3f} {t[True][shape] / t[True][yardstick]:8.2f}x", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 # Triton: the interpreter on CPU, the compiled kernels on a GPU
@@ -309,12 +373,20 @@ def main():
     parser.add_argument("--backend", choices=["numpy", "torch", "both", "triton"], default="both",
                         help="triton: the Triton kernels (GPU, or the interpreter on CPU); not part of 'both'")
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads (default 2)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="instead of the T rows: every tile shape at T = S = min(8192, --max-t), full and causal")
     parser.add_argument("--probe", nargs=2, metavar=("NAME", "T"), help=argparse.SUPPRESS)
     parser.add_argument("--causal", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     set_threads(args.threads)
     if args.probe:
         torch_probe(args.probe[0], int(args.probe[1]), args.causal, args.threads)
+        return
+    if args.sweep:
+        if args.backend not in ("numpy", "torch", "both"):
+            sys.exit("--sweep times the numpy and torch backends: --backend numpy, torch or both")
+        for backend in ("numpy", "torch") if args.backend == "both" else (args.backend,):
+            run_sweep(backend, min(8192, args.max_t), args.repeats, args.threads)
         return
     sizes = [T for T in (1024, 2048, 4096, 8192, 16384) if T <= args.max_t]
     causal_t = min(8192, args.max_t) if sizes else None

@@ -226,6 +226,27 @@ def test_torch_flash_gradients_equal_sdpa(T, S, causal, device):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("T,S,bq,bk", [(13, 29, 4, 8), (29, 13, 8, 4), (21, 21, 21, 5)])
+def test_torch_flash_tiles_reused_in_place_read_no_stale_memory(T, S, bq, bk, causal, device, monkeypatch):
+    # The forward allocates its tiles (scores, accumulator, m, l) once with torch.empty and reuses
+    # them for every query tile, the ragged last ones as shorter views. Filled with NaN here, no
+    # uninitialised or stale element may reach out, lse or the gradients.
+    q, k, v = qkv(np.random.default_rng(T + 3 * S), T, S, H=4, H_kv=2, Dv=5, batch=(2, 1))
+    expected, expected_lse = ref.flash_attention(q, k, v, causal=causal, block_q=bq, block_k=bk, return_lse=True)
+    tq, tk, tv = (x.requires_grad_() for x in to_torch(q, k, v, device=device))
+    empty = torch.empty
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "empty", lambda *shape, **kw: empty(*shape, **kw).fill_(torch.nan))
+        out, lse = tref.flash_attention(tq, tk, tv, causal=causal, block_q=bq, block_k=bk, return_lse=True)
+        grads = torch.autograd.grad(out.sum(), (tq, tk, tv))
+    np.testing.assert_allclose(out.detach().cpu().numpy(), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lse.detach().cpu().numpy(), expected_lse, rtol=1e-12, atol=1e-12)
+    expected_grads = torch.autograd.grad(tref.flash_attention(tq, tk, tv, causal=causal).sum(), (tq, tk, tv))
+    for g, e in zip(grads, expected_grads):  # the same function with one tile of everything
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-10)
+
+
 def test_torch_flash_gradcheck_gqa_lse_and_fully_masked_rows():
     torch.manual_seed(2)
     opts = dict(dtype=torch.float64, requires_grad=True)
