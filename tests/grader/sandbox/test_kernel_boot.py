@@ -1,0 +1,80 @@
+"""A sandboxed grading kernel boots without ipykernel's debugger (debugpy is never imported:
+a fifth of its start-up CPU) and with the SDPA audit hook in place, and still runs code."""
+
+import pytest
+from jupyter_client.utils import run_sync
+
+from autograder.judge.kernel_manager import SandboxedKernelManager
+from autograder.sandbox.launcher import unavailable_reason
+
+pytestmark = pytest.mark.slow
+
+CHECKS = {
+    "debugpy_loaded": "any(m == 'debugpy' or m.startswith(('debugpy.', 'pydevd', '_pydevd'))"
+                      " for m in sys.modules if sys.modules[m] is not None)",
+    "import_refused": "__import__('importlib').util.find_spec is not None and _refused()",
+    "sdpa_hook": "_answer()",
+    "two": "1 + 1",
+}
+PRELUDE = """
+import sys
+def _refused():
+    try:
+        import debugpy  # noqa: F401
+    except ImportError:
+        return True
+    return False
+def _answer():
+    box = []
+    sys.audit('autograder.sdpa', box)
+    return box
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"{reason}: the sandbox is needed (apt-get install bubblewrap)")
+
+    async def session():
+        km = SandboxedKernelManager(kernel_name="python3")
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            info = await kc.kernel_info(reply=True, timeout=30)
+            reply = await kc.execute_interactive(PRELUDE, silent=True, store_history=False,
+                                                 user_expressions=CHECKS, timeout=30)
+            return info["content"], reply["content"]
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+
+    return run_sync(session)()
+
+
+def value(reply, name):
+    result = reply["user_expressions"][name]
+    assert result["status"] == "ok", result
+    return result["data"]["text/plain"]
+
+
+def test_the_kernel_runs_code(kernel):
+    info, reply = kernel
+    assert reply["status"] == "ok"
+    assert value(reply, "two") == "2"
+    assert info["language_info"]["name"] == "python"
+
+
+def test_no_debugger_is_loaded(kernel):
+    info, reply = kernel
+    assert not info.get("debugger") and "debugger" not in info.get("supported_features", [])
+    assert value(reply, "debugpy_loaded") == "False"
+    assert value(reply, "import_refused") == "True"
+
+
+def test_the_sdpa_hook_still_answers(kernel):
+    _, reply = kernel
+    assert value(reply, "sdpa_hook") == "[(0, True)]"  # no call yet, no wrapper put in place
