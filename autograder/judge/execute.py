@@ -27,7 +27,6 @@ Every such event is recorded in the executed notebook's metadata
 (``metadata.autograder.events``, see :func:`events`), for the grading summary.
 """
 
-import ast
 import asyncio
 from queue import Empty
 from time import monotonic, sleep
@@ -46,6 +45,7 @@ from ..kernel.probe import Op
 from ..sandbox.cgroups import MemoryMeter, MeterUnavailable
 from . import verdict as judge
 from .kernel_manager import SandboxedKernelManager
+from .transport import KernelTransport, Lost
 
 EVENTS_KEY = "autograder"  # notebook metadata key of the executor's records
 
@@ -158,11 +158,10 @@ class LimitedExecute(Execute):
         self._notebook = (resources or {}).get("nbgrader", {}).get("notebook", "")
         self._deadline = monotonic() + self.notebook_timeout
         self._cell_timeout = self.timeout
-        self._channel = judge.Channel(self, self._deadline)
+        self._channel = judge.Channel(None, self._deadline, self.measure_call)  # see _judge
         self._namespace = judge.RemoteNamespace(self._channel)
         self._index = 0
         done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
-        self._lost = None  # "died" or "timeout": what the student's kernel did while judged
         self._start()  # or KernelStartError, the host's fault: no cell of the student is scored
         try:
             for index, cell in enumerate(self.nb.cells):
@@ -171,7 +170,7 @@ class LimitedExecute(Execute):
                     continue
                 remaining = self._deadline - monotonic()
                 if is_setup_cell(cell):  # trusted code: the judge runs it too
-                    judge.judge_cell(cell, self._namespace)
+                    self._judge(cell)
                 if remaining < 1:
                     self._fail(cell, index, LimitKind.NOTEBOOK_TIMEOUT, "NotebookTimeoutError",
                                f"not run: the notebook used up its {self.notebook_timeout:g} s")
@@ -235,20 +234,20 @@ class LimitedExecute(Execute):
         else:
             left = min(self.timeout - (monotonic() - start), self._deadline - monotonic())
             self._channel.deadline = monotonic() + max(left, 0.0)
-            self._channel.installed = False
             self._channel.flags.clear()
-            self._lost = None
-            failure = judge.judge_cell(cell, self._namespace)
+            transport = self._transport
+            transport.installed, transport.lost = False, None
+            failure = self._judge(cell)
             if isinstance(failure, judge.HostError):  # e.g. memory cannot be measured here
                 raise GradingHostFault(str(failure))
             self._flag(cell, self._channel.flags)
             # a check may turn the judge's error into its own verdict: what happened to the
-            # kernel while it was judged (_lost) decides, so the next cells get a live kernel
-            if self._lost == "died":
+            # kernel while it was judged (transport.lost) decides, so the next cells get a live one
+            if transport.lost == Lost.DIED:
                 self._event(cell, index, LimitKind.CRASH,
                             "the kernel died while the grader called your code; restarted")
                 alive = self._restart(done)
-            elif (self._lost or isinstance(failure, judge.JudgeError)) \
+            elif (transport.lost or isinstance(failure, judge.JudgeError)) \
                     and not self._responsive(interrupt=True):
                 self._event(cell, index, LimitKind.HANG, f"while judged: {failure}; restarted")
                 alive = self._restart(done)
@@ -259,57 +258,11 @@ class LimitedExecute(Execute):
                                              f"the cell printed more than {self.output_limit} bytes"))
         return alive
 
-    # -- the judge's line to the kernel ---------------------------------------------------
-    def run_silently(self, code, timeout, kc=None, check=True):
-        """Run ``code`` in the kernel without output or history; JudgeError if it does not
-        finish (or, with ``check``, if it raises)."""
-        kc = kc or self.kc
-        msg_id = kc.execute(code, silent=True, store_history=False)
-        reply = self._wait_reply(kc, msg_id, timeout)
-        if check and reply["content"].get("status") != "ok":
-            raise judge.JudgeError("your notebook's kernel refused the grader's code")
-        return reply
-
-    def evaluate(self, expression, timeout, kc=None):
-        """The string that ``expression`` evaluates to in the kernel."""
-        kc = kc or self.kc
-        msg_id = kc.execute("", silent=True, store_history=False,
-                            user_expressions={"r": expression})
-        reply = self._wait_reply(kc, msg_id, timeout)
-        result = reply["content"].get("user_expressions", {}).get("r", {})
-        if result.get("status") != "ok":
-            raise judge.JudgeError("the grader could not call your code "
-                                   f"({result.get('ename', 'no answer')})")
-        text = result.get("data", {}).get("text/plain", "")
-        try:
-            value = ast.literal_eval(text) if len(text) < judge.probe.MAX_TEXT else None
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            value = None
-        if not isinstance(value, str):
-            raise judge.JudgeError("your notebook's kernel answered the grader with nonsense")
-        return value
-
-    async def _async_wait_reply(self, kc, msg_id, timeout):
-        """The shell reply to ``msg_id``; JudgeError when the kernel dies or time runs out."""
-        km = self.km if kc is self.kc else kc._grader_km
-        deadline = monotonic() + timeout
-        while (remaining := deadline - monotonic()) > 0:
-            try:
-                msg = await ensure_async(kc.shell_channel.get_msg(timeout=min(remaining, 0.5)))
-            except Empty:
-                if not await ensure_async(km.is_alive()):
-                    if kc is self.kc:
-                        self._lost = "died"  # the student's own kernel: restart it after this cell
-                    raise judge.JudgeError("your notebook's kernel died (a crash or the memory cap)")
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return msg
-        if kc is self.kc:
-            self._lost = "timeout"
-        raise judge.JudgeError(f"your code did not finish in the {timeout:.0f} s this test had "
-                               f"left of its cell's time limit ({self.timeout:g} s per cell)")
-
-    _wait_reply = run_sync(_async_wait_reply)
+    def _judge(self, cell):
+        """The judge's verdict on ``cell`` (None: passed), asking the kernel that runs now
+        (:meth:`_start` makes a transport for each kernel)."""
+        self._channel.transport = self._transport
+        return judge.judge_cell(cell, self._namespace)
 
     def measure_call(self, name, args, kwargs, timeout):
         """``(output, peak bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
@@ -327,16 +280,17 @@ class LimitedExecute(Execute):
         """
         deadline = monotonic() + timeout
         km, kc = self._fresh_kernel()
-        meter, channel = MemoryMeter(km.cgroup), judge.Channel(self, deadline, kc)
+        transport = KernelTransport(kc, km, self.timeout)
+        meter, channel = MemoryMeter(km.cgroup), judge.Channel(transport, deadline)
         try:
             # the cells that ran in the student's kernel (a cell that crashed it is not replayed)
             ran = [self.nb.cells[i] for i in self._done]
             for cell in (c for c in ran if is_setup_cell(c)):
-                self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
+                transport.run_silently(cell.source, deadline - monotonic(), check=False)
             channel.request(op=Op.STAGE, args=list(args), kwargs=kwargs)
             meter.start()
             for cell in (c for c in ran if is_solution(c)):
-                self.run_silently(cell.source, deadline - monotonic(), kc, check=False)
+                transport.run_silently(cell.source, deadline - monotonic(), check=False)
             channel.request(op=Op.CALL_STAGED, name=name)
             out = channel.request(op=Op.FETCH)["value"]
             peak = meter.peak()
@@ -391,7 +345,6 @@ class LimitedExecute(Execute):
             except Exception:
                 _shut(km)
                 raise
-            kc._grader_km = km
             return km, kc
 
         return self._tried(start)
@@ -462,6 +415,7 @@ class LimitedExecute(Execute):
             except Exception:
                 self._stop()
                 raise
+            self._transport = KernelTransport(self.kc, self.km, self.timeout)
             self.nb.metadata["language_info"] = info["content"]["language_info"]
             return True
 

@@ -34,14 +34,8 @@ import nbformat
 from ..core.cells import judged_source, nbgrader_meta
 from ..kernel import probe
 
-PROBE_SOURCE = open(probe.__file__, encoding="utf-8").read()
-INSTALL_PROBE = (
-    "import types as __grader_types\n"
-    "__grader__ = __grader_types.ModuleType('__grader__')\n"
-    "__grader__.get_ipython = get_ipython\n"
-    f"exec(compile({PROBE_SOURCE!r}, '<grader probe>', 'exec'), __grader__.__dict__)\n"
-    "del __grader_types\n"
-)
+# replies that say what a judged call did with SDPA (a staged call says it in ``fetch``'s)
+SDPA_REPLIES = frozenset({probe.Op.CALL, probe.Op.FETCH})
 
 
 # -- errors the judge reports ---------------------------------------------------------------
@@ -82,11 +76,16 @@ def student_exception(info):
 
 # -- talking to the kernel ------------------------------------------------------------------
 class Channel:
-    """Requests to the probe in one kernel, each bounded by the cell's deadline."""
+    """The judge's requests to the probe in one kernel, each bounded by the cell's deadline.
 
-    def __init__(self, executor, deadline, kc=None):
-        self.executor, self.deadline, self.kc = executor, deadline, kc  # kc None: the main kernel
-        self.installed = False
+    ``transport`` carries them (:class:`autograder.judge.transport.KernelTransport`: it sends,
+    waits and decodes); ``measure(name, args, kwargs, timeout)`` runs one call in a fresh
+    kernel and returns ``(output, peak bytes)`` (for memory tests; None where there are none).
+    The judge sees nothing else of the executor.
+    """
+
+    def __init__(self, transport, deadline, measure=None):
+        self.transport, self.deadline, self.measure = transport, deadline, measure
         self.flags = set()  # what the judged calls did, as the probe's replies show it
 
     def remaining(self):
@@ -95,20 +94,14 @@ class Channel:
             raise JudgeError("the test ran out of time while calling your code")
         return left
 
-    def install(self):
-        if not self.installed:
-            self.executor.run_silently(INSTALL_PROBE, self.remaining(), self.kc)
-            self.installed = True
-
     def request(self, **payload):
-        self.install()
-        expression = f"__grader__.handle({probe.encode(payload)!r})"
-        data = self.executor.evaluate(expression, self.remaining(), self.kc)
-        reply = probe.decode(data, _import_torch)
+        """The probe's reply to ``payload`` (a dict), within the time the cell has left; the
+        student's exception if their code raised."""
+        reply = self.transport.request(payload, self.remaining())
         if not isinstance(reply, dict):
             raise JudgeError("your notebook's kernel answered the grader with nonsense")
-        if payload["op"] in (probe.Op.CALL, probe.Op.FETCH) or (payload["op"] == probe.Op.CALL_STAGED
-                                                                and "error" in reply):
+        if payload["op"] in SDPA_REPLIES or (payload["op"] == probe.Op.CALL_STAGED
+                                             and "error" in reply):
             self.flags.update(sdpa_flags(reply.get("sdpa")))
         if "error" in reply:
             raise student_exception(reply["error"])
@@ -129,16 +122,6 @@ def sdpa_flags(record):
         return {"probe-tampered"}
     return {name for name, raised in (("calls-sdpa", record[0] > 0),
                                       ("probe-tampered", record[0] < 0 or not record[1])) if raised}
-
-
-def _import_torch():
-    """torch, imported when a reply holds a tensor: a tensor always arrives as a tensor,
-    whatever this worker graded before (None where torch is not installed)."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
 
 
 class RemoteFunction:
@@ -170,8 +153,7 @@ class RemoteFunction:
 
     def measure(self, *args, **kwargs):
         """``(output, peak extra bytes)`` of one call, measured outside a fresh kernel."""
-        return self.channel.executor.measure_call(self.__name__, args, kwargs,
-                                                  self.channel.remaining())
+        return self.channel.measure(self.__name__, args, kwargs, self.channel.remaining())
 
 
 def _remote_graph(torch, channel, handle, out, inputs):
