@@ -1,8 +1,9 @@
 """The grader's probe: the only grading code that runs inside a student's kernel.
 
-The judge (:mod:`autograder.judge.verdict`, in the trusted worker) sends this module's
-source into the sandboxed kernel once per judged cell and then asks it, through
-IPython ``user_expressions``, to (each operation is a member of :class:`Op`)
+The judge (:mod:`autograder.judge.verdict`, in the trusted worker, through its
+:class:`~autograder.judge.transport.KernelTransport`) sends this module's source into the
+sandboxed kernel once per judged cell and then asks it, through IPython
+``user_expressions``, to (each operation is a member of :class:`Op`)
 
 * ``lookup(name)``: is ``name`` defined in the notebook, and is it callable;
 * ``value(name)``: the value of a variable (``ANSWER_...``);

@@ -49,38 +49,49 @@ def _write(path, value):
         f.write(str(value))
 
 
+def _delegate_v2():
+    """cgroup v2: make the ``autograder`` parent and let its children use ``pids`` and
+    ``memory``; False if the parent cannot be made."""
+    parent = os.path.join(CGROUP, GROUP)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError:
+        return False
+    for path in (CGROUP, parent):
+        try:
+            _write(os.path.join(path, "cgroup.subtree_control"), "+pids +memory")
+        except OSError:
+            pass
+    return True
+
+
+def _join_and_cap(path, max_tasks, memory_bytes):
+    """Make cgroup folder ``path``, move this process into it and write the caps it has
+    knobs for (0: no cap); v1 and v2 knob names alike, and no swap where it can be set."""
+    os.makedirs(path, exist_ok=True)
+    _write(os.path.join(path, "cgroup.procs"), os.getpid())
+    knobs = [("pids.max", max_tasks)] if max_tasks > 0 else []
+    if memory_bytes > 0:
+        knobs += [("memory.max", memory_bytes), ("memory.limit_in_bytes", memory_bytes),
+                  ("memory.swap.max", 0)]
+    for knob, value in knobs:
+        if os.path.exists(os.path.join(path, knob)):
+            _write(os.path.join(path, knob), value)
+
+
 def create_cgroup(name, max_tasks, memory_bytes):
     """Create cgroup ``name`` with the caps and move this process into it; True on success.
 
     Another launcher's :func:`sweep_cgroups` may remove the new, still empty folder
     before this process has joined it: then the folder is made again (a few tries).
     """
-    version = cgroup_version()
-    if version == 2:
-        parent = os.path.join(CGROUP, GROUP)
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError:
-            return False
-        for path in (CGROUP, parent):  # let the children use pids and memory
-            try:
-                _write(os.path.join(path, "cgroup.subtree_control"), "+pids +memory")
-            except OSError:
-                pass
+    if cgroup_version() == 2 and not _delegate_v2():
+        return False
     dirs = _group_dirs(name)
     for _ in range(5):
         try:
             for path in dirs:
-                os.makedirs(path, exist_ok=True)
-                _write(os.path.join(path, "cgroup.procs"), os.getpid())
-                if os.path.exists(os.path.join(path, "pids.max")) and max_tasks > 0:
-                    _write(os.path.join(path, "pids.max"), max_tasks)
-                if memory_bytes > 0:
-                    for knob in ("memory.max", "memory.limit_in_bytes"):
-                        if os.path.exists(os.path.join(path, knob)):
-                            _write(os.path.join(path, knob), memory_bytes)
-                    if os.path.exists(os.path.join(path, "memory.swap.max")):
-                        _write(os.path.join(path, "memory.swap.max"), 0)
+                _join_and_cap(path, max_tasks, memory_bytes)
             return bool(dirs)
         except FileNotFoundError:  # swept away before we joined it: make it again
             continue
