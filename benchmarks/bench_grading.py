@@ -226,11 +226,12 @@ class Profile:
         self.stack.pop()
 
     def adopt(self, km):
-        """Start following ``km``'s CPU; what it used before (its boot) goes to the boot row."""
+        """Start following ``km``'s CPU; what it used before (its boot) goes to the boot row,
+        or to the memory checks' row for the fresh kernel of a measured call."""
         if km is not None and km not in self.kernels:
             self._charge()
             boot = kernel_cpu(km)
-            self.rows[PHASES[1]][1] += boot
+            self.rows[PHASES[6] if PHASES[6] in self.stack else PHASES[1]][1] += boot
             self.kernels[km] = boot
 
     def drop(self, km):
@@ -259,6 +260,7 @@ class Profile:
         from autograder.host import driver
         from autograder.judge import execute
         from autograder.judge.kernel_manager import SandboxedKernelManager
+        from autograder.judge.transport import KernelTransport
         from autograder.worker import pipeline
 
         def cell_phase(executor, cell, *rest):
@@ -280,17 +282,15 @@ class Profile:
         self.wrap(pipeline, "generate_feedback", PHASES[11])
         self.wrap(pipeline, "collect_files", PHASES[11])
         self.wrap(driver, "keep", PHASES[12])
-        for name in ("evaluate", "run_silently"):
-            original = getattr(LE, name)
+        count = KernelTransport._count  # called once per round trip, with what crossed
 
-            def counted(executor, code, *args, _original=original, **kwargs):
-                reply = _original(executor, code, *args, **kwargs)
-                row = profile.rows[profile.stack[-1]]
-                row[2] += 1
-                row[3] += len(code) + (len(reply) if isinstance(reply, str) else 0)
-                return reply
+        def counted(transport, sent, received):
+            row = profile.rows[profile.stack[-1]]
+            row[2] += 1
+            row[3] += len(sent) + len(received)
+            return count(transport, sent, received)
 
-            setattr(LE, name, counted)
+        KernelTransport._count = counted
         launched = LE._launched
 
         def launched_kernel(executor):
@@ -339,6 +339,11 @@ def profile_assignment(assignment, measured=3):
         os.environ.update(limits.environment())
         prepare_nbgrader()
         start = time.perf_counter()
+        log = open(Path(tmp) / "log.txt", "w")  # what the kernels and nbgrader print, as a worker's
+        saved = [os.dup(1), os.dup(2)]
+        sys.stdout.flush()
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
         try:
             release = generate(assignment, root, release_dir=workdir / "release",
                                db_url=f"sqlite:///{workdir}/template.db")
@@ -366,6 +371,11 @@ def profile_assignment(assignment, measured=3):
             Spare.discard()
             kill_run_cgroups(run_id)
             shutil.rmtree(sockets, ignore_errors=True)
+            sys.stdout.flush()
+            for fd, copy_of in enumerate(saved, start=1):
+                os.dup2(copy_of, fd)
+                os.close(copy_of)
+            log.close()
     rows = {name: [(a - b) / measured for a, b in zip(after[name], before[name])]
             for name in PHASES}
     return fixed, rows, scores
