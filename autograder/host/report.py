@@ -292,9 +292,23 @@ def roster_section(stats, out, figures, who):
 # -- the term -----------------------------------------------------------------------------------
 def term_page(term, out, who, pages, anonymize):
     """Write ``index.html`` (the term) and its data; return its path."""
+    figures = {}  # section id -> its rows, written as index.json
+    sections = [matrix_section(term, out, who, anonymize, figures),
+                assignments_section(term, out, pages, figures),
+                warnings_section(term, out, who, figures)]
+    out.text("index.json", json.dumps(figures, indent=1, default=str))
+    nav = ('<nav aria-label="Assignments"><ul>'
+           + "".join(f'<li><a href="{href(p.name)}">{esc(p.stem)}</a></li>' for p in pages)
+           + "</ul></nav>")
+    intro = (f"<p>{len(term.matrix)} student(s), {len(term.assignments)} assignment(s) in the "
+             "gradebook." + (" Student ids are pseudonyms." if anonymize else "") + "</p>")
+    return out.text(INDEX, ui.page("The term: every student, every assignment", intro, sections, nav))
+
+
+def matrix_section(term, out, who, anonymize, figures):
+    """Every student x every assignment, best mean first: heatmap, table, CSV."""
     n = len(term.assignments)
     names = {s: ("" if anonymize else name) for s, name in term.students}
-    figures = {}
 
     def mean_of(row):
         return sum(c.percent or 0.0 for c in row) / n if n else 0.0
@@ -306,7 +320,7 @@ def term_page(term, out, who, pages, anonymize):
     labelled = len(order) <= LABELLED_ROWS
     svg = ui.heatmap([row for _, row in order], term.assignments, ui.figure_id("matrix"),
                      labels=[who(s) for s, _ in order] if labelled else None) if order and n else ""
-    matrix = Section(
+    return Section(
         "Every student, every assignment", "matrix",
         "Percent of each assignment's maximum after manual grades and late penalties, best mean "
         "first; <em>missing</em> = no submission (grey), <em>late</em> = handed in after the due "
@@ -316,50 +330,47 @@ def term_page(term, out, who, pages, anonymize):
                     note=(f"The first {HTML_ROWS} of {len(rows)} students; all in "
                           f"{matrix_csv}." if len(rows) > HTML_ROWS else ""))], [matrix_csv])
 
+
+def assignments_section(term, out, pages, figures):
+    """Each assignment's completion, mean and median: figure, table (linking its page), CSV."""
     per = []
     for j, a in enumerate(term.assignments):
         values = [row[j].percent for row in term.matrix.values() if row[j].percent is not None]
         mean, median = data.summary_numbers(values)
         per.append([a, len(values), len(term.matrix), round(pct(len(values), len(term.matrix)), 1),
                     None if mean is None else round(mean, 1), None if median is None else round(median, 1)])
-    header2 = ["assignment", "handed in", "students", "completion %", "mean %", "median %"]
-    per_csv = out.csv("index.assignments.csv", header2, per)
-    figures["assignments"] = [dict(zip(header2, r)) for r in per]
-    svg2 = ui.assignment_means(term.assignments, [r[4] for r in per], [r[5] for r in per],
-                               [r[3] for r in per], ui.figure_id("assignments")) if per else ""
+    header = ["assignment", "handed in", "students", "completion %", "mean %", "median %"]
+    per_csv = out.csv("index.assignments.csv", header, per)
+    figures["assignments"] = [dict(zip(header, r)) for r in per]
+    svg = ui.assignment_means(term.assignments, [r[4] for r in per], [r[5] for r in per],
+                              [r[3] for r in per], ui.figure_id("assignments")) if per else ""
     linked = {p.stem for p in pages}
-    per_rows = [[f'<a href="{href(r[0] + ".html")}">{esc(r[0])}</a>' if r[0] in linked else esc(r[0])]
-                + [esc("" if c is None else c) for c in r[1:]] for r in per]
-    assignments = Section("Assignments", "assignments",
-                          "Mean and median over the submissions handed in; completion over the "
-                          "gradebook's students.", svg2,
-                          [Table("Each assignment", header2, per_rows)], [per_csv])
+    rows = [[f'<a href="{href(r[0] + ".html")}">{esc(r[0])}</a>' if r[0] in linked else esc(r[0])]
+            + [esc("" if c is None else c) for c in r[1:]] for r in per]
+    return Section("Assignments", "assignments",
+                   "Mean and median over the submissions handed in; completion over the "
+                   "gradebook's students.", svg,
+                   [Table("Each assignment", header, rows)], [per_csv])
 
-    header3 = ["student", "slope (points/assignment)"] + term.assignments
-    warn_rows = [[who(s), round(slope, 1)] + [round(v, 1) for v in values]
-                 for s, slope, values in term.warnings]
-    warn_csv = out.csv("index.warnings.csv", header3, warn_rows)
-    figures["warnings"] = [dict(zip(header3, r)) for r in warn_rows]
+
+def warnings_section(term, out, who, figures):
+    """Students whose percentages fall across the term (``term.warnings``): figure, table, CSV."""
+    header = ["student", "slope (points/assignment)"] + term.assignments
+    rows = [[who(s), round(slope, 1)] + [round(v, 1) for v in values]
+            for s, slope, values in term.warnings]
+    warn_csv = out.csv("index.warnings.csv", header, rows)
+    figures["warnings"] = [dict(zip(header, r)) for r in rows]
     started = len(term.warnings[0][2]) if term.warnings else 0
-    svg3 = ui.trajectories([(r[0], r[2:]) for r in warn_rows[:FALLING_LINES]],
-                           term.assignments[:started], ui.figure_id("warnings")) if warn_rows else ""
-    warnings = Section(
+    svg = ui.trajectories([(r[0], r[2:]) for r in rows[:FALLING_LINES]],
+                          term.assignments[:started], ui.figure_id("warnings")) if rows else ""
+    return Section(
         "Early warning: falling across the term", "warnings",
         f"The rule: over the assignments someone has handed in so far (at least "
         f"{data.WARNING_MIN_ASSIGNMENTS}), a missing one counted as 0 %, the least-squares slope "
         f"of the student's percentages is {data.WARNING_SLOPE:g} points per assignment or "
-        f"steeper. Steepest first; the figure draws the first {FALLING_LINES}.", svg3,
-        [Table(f"{len(warn_rows)} student(s) falling", [esc(h) for h in header3],
-               [[esc(c) for c in r] for r in warn_rows[:HTML_ROWS]])], [warn_csv])
-
-    sections = [matrix, assignments, warnings]
-    out.text("index.json", json.dumps(figures, indent=1, default=str))
-    nav = ('<nav aria-label="Assignments"><ul>'
-           + "".join(f'<li><a href="{href(p.name)}">{esc(p.stem)}</a></li>' for p in pages)
-           + "</ul></nav>")
-    intro = (f"<p>{len(term.matrix)} student(s), {n} assignment(s) in the gradebook."
-             + (" Student ids are pseudonyms." if anonymize else "") + "</p>")
-    return out.text(INDEX, ui.page("The term: every student, every assignment", intro, sections, nav))
+        f"steeper. Steepest first; the figure draws the first {FALLING_LINES}.", svg,
+        [Table(f"{len(rows)} student(s) falling", [esc(h) for h in header],
+               [[esc(c) for c in r] for r in rows[:HTML_ROWS]])], [warn_csv])
 
 
 def cell_text(cell):
