@@ -162,3 +162,22 @@ def test_the_grader_holds_no_server_and_never_imports_the_book_build():
     assert violations(GRADER, lambda n: not serves(n) and top(n) != "scripts") == []
     assert serves("http.server") and serves("socketserver") and serves("distributed.LocalCluster")
     assert (ROOT / "scripts" / "environment.py").is_file()  # the grading environment, for the book
+
+
+def test_the_readme_names_the_process_of_every_grader_module():
+    """autograder/README.md's layout table names every module in its folder's row, so a
+    newcomer can tell from the table which process runs any file (``checks/`` is named as a
+    folder: each of its modules is a check that test cells import)."""
+    text = (GRADER / "README.md").read_text()
+    table = text[text.index("## How the code is laid out"):text.index("## How a grade travels")]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            rows[cells[0].strip("`/")] = cells[1]
+    folders = sorted(p.name for p in GRADER.iterdir() if (p / "__init__.py").exists())
+    assert sorted(rows) == folders, f"layout table rows {sorted(rows)} != folders {folders}"
+    unnamed = [f"{folder}/{path.stem}" for folder in folders if folder != "checks"
+               for path in sorted((GRADER / folder).glob("*.py"))
+               if path.stem != "__init__" and f"`{path.stem}`" not in rows[folder]]
+    assert not unnamed, f"modules the README's layout table does not place: {unnamed}"
