@@ -177,6 +177,16 @@ def test_lateness_is_shown(term):
     assert "Late (10%/day,cap=50%): 1" in term["out"] and f"late: 2.5 h late, -{PENALTY:g} points" in term["out"]
 
 
+def test_the_feedback_page_grade_wrote_shows_the_penalty(term):
+    """The worker writes the penalty into its scratch gradebook before it renders the page
+    (core.policy.apply_late_policy, the one writer of penalties): the page says it at once."""
+    def page(student):
+        return (term["root"] / "feedback" / student / AID / f"{AID}.html").read_text()
+
+    assert f"Late submission penalty (Score: -{round(PENALTY, 2)})" in page("late")
+    assert "Late submission penalty" not in page("correct")
+
+
 def test_the_roster_names_the_missing(term):
     from nbgrader.api import Gradebook
 
