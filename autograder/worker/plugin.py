@@ -8,7 +8,7 @@ scratch course: the student version and the template gradebook arrive as bytes i
 at the same path, or the wheel), not its files. The task runs the very pipeline a local worker
 runs (:func:`autograder.worker.pipeline.grade_student`: intake, audit, sandboxed kernels, the
 outside judge, the same limits, feedback) and returns a
-:class:`~autograder.core.results.StudentResult`; workers never touch the class gradebook or the
+:class:`~autograder.core.results.StudentResult` as its ``to_dict()``; workers never touch the class gradebook or the
 course root. When the run ends the client unregisters the plugin (and removes it from any worker
 Dask left it on: :func:`forget_plugin`), and each worker removes its scratch and kills the run's
 kernels. :func:`grader_digest` runs here and in the client: both must grade with the same code.
