@@ -2,9 +2,11 @@
 
     .venv/bin/python benchmarks/bench_flash.py                # T = 1024 .. 16384, both backends
     .venv/bin/python benchmarks/bench_flash.py --max-t 8192 --backend numpy --threads 1
+    .venv/bin/python benchmarks/bench_flash.py --sweep --threads 1 --repeats 5 --cpu-time  # tile shapes
 
 One head, D = 64, float32, T = S. For each T the script prints the best of
-``--repeats`` wall-clock times and the peak *extra* memory of one call:
+``--repeats`` interleaved calls (wall clock, or CPU time with ``--cpu-time``), the
+1-minute load average, and the peak *extra* memory of one call:
 
 * NumPy: ``tracemalloc`` peak during the call (NumPy reports every array
   buffer to tracemalloc, so this is the largest amount of array memory alive
@@ -15,9 +17,13 @@ One head, D = 64, float32, T = S. For each T the script prints the best of
   torch's CPU allocator returns large blocks to the OS, so RSS tracks the live
   tensors; a fresh process keeps one measurement from inheriting another's peak.
 
-Budgets at T = 8192 (benchmarks/README.md): flash peak memory <= 2 % of naive's, flash
-time <= 1.2 x naive (NumPy) and <= 2 x ``F.scaled_dot_product_attention``
+Budgets at T = 8192, one thread (benchmarks/README.md): flash peak memory <= 2 % of
+naive's, flash time <= 0.7 x naive (NumPy) and <= 1.25 x ``F.scaled_dot_product_attention``
 (torch, CPU). Timings on a shared machine are noisy: compare ratios, rerun.
+
+``--sweep`` times every tile shape (``block_q`` 128 .. 2048 x ``block_k`` 512 .. 8192) at
+T = S = 8192, full and causal, each row interleaved with its own yardstick (naive for NumPy,
+SDPA for torch): the table behind the default tiles.
 
 ``--backend triton`` (needs ``pip install -r requirements-triton.lock``) times
 ``transformer_ref.triton.flash_attention``. On a GPU: forward and
@@ -49,20 +55,26 @@ def set_threads(n):
         os.environ[var] = str(n)
 
 
-def best_times(fns, repeats):
-    """Best wall-clock seconds of ``repeats`` calls of each function of the dict ``fns``, interleaved.
+def best_times(fns, repeats, clock=time.perf_counter):
+    """Best seconds of ``repeats`` calls of each function of the dict ``fns``, interleaved.
 
     Round r calls every function once (a, b, c, a, b, c, ...), so load that comes and goes on a
     shared machine falls on all of them alike and their ratios stay fair; the best call of each
-    is the one least disturbed.
+    is the one least disturbed. ``clock``: ``time.perf_counter`` (wall clock) or
+    ``time.process_time`` (CPU time of this process: with one thread, the wall time of an
+    undisturbed call, since time spent waiting for a core is not counted).
     """
     times = {name: math.inf for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
+            start = clock()
             fn()
-            times[name] = min(times[name], time.perf_counter() - start)
+            times[name] = min(times[name], clock() - start)
     return times
+
+
+def clock_name(clock):
+    return "CPU time" if clock is time.process_time else "wall clock"
 
 
 def best_time(fn, repeats):
@@ -136,44 +148,45 @@ def mib(n):
     return f"{n / 2**20:9.1f}"
 
 
-def run_numpy(sizes, repeats, causal_t, threads):
+def run_numpy(sizes, repeats, causal_t, threads, clock):
     import numpy as np
 
     rng = np.random.default_rng(0)
     print(f"\nNumPy {np.__version__} ({threads} BLAS threads): one head, D = {D}, float32, T = S; "
-          f"best of {repeats}; memory = tracemalloc peak")
+          f"best of {repeats} interleaved ({clock_name(clock)}); memory = tracemalloc peak")
     print(f"{'T':>6} {'mask':>6} | {'naive s':>8} {'flash s':>8} {'flash/naive':>11} | "
-          f"{'naive MiB':>9} {'flash MiB':>9} {'flash/naive':>11}")
+          f"{'naive MiB':>9} {'flash MiB':>9} {'flash/naive':>11} | {'load':>5}")
     rows = [(T, False) for T in sizes] + ([(causal_t, True)] if causal_t else [])
     for T, causal in rows:
         q, k, v = (rng.standard_normal((1, T, D), dtype=np.float32) for _ in range(3))
         fns = numpy_functions(causal)
-        t = best_times({name: partial(fn, q, k, v) for name, fn in fns.items()}, repeats)
+        t = best_times({name: partial(fn, q, k, v) for name, fn in fns.items()}, repeats, clock)
         m = {name: numpy_peak_bytes(lambda: fn(q, k, v)) for name, fn in fns.items()}
         print(f"{T:>6} {'causal' if causal else 'full':>6} | {t['naive']:8.3f} {t['flash']:8.3f} "
               f"{t['flash'] / t['naive']:10.2f}x | {mib(m['naive'])} {mib(m['flash'])} "
-              f"{100 * m['flash'] / m['naive']:10.2f}%", flush=True)
+              f"{100 * m['flash'] / m['naive']:10.2f}% | {os.getloadavg()[0]:5.2f}", flush=True)
 
 
-def run_torch(sizes, repeats, causal_t, threads):
+def run_torch(sizes, repeats, causal_t, threads, clock):
     import torch
 
     torch.set_num_threads(threads)
     print(f"\ntorch {torch.__version__} (CPU, {torch.get_num_threads()} threads): one head, D = {D}, "
-          f"float32, T = S; best of {repeats}; memory = peak RSS growth in a fresh process")
+          f"float32, T = S; best of {repeats} interleaved ({clock_name(clock)}); "
+          "memory = peak RSS growth in a fresh process")
     print(f"{'T':>6} {'mask':>6} | {'naive s':>8} {'sdpa s':>8} {'flash s':>8} {'flash/sdpa':>10} "
-          f"{'flash/naive':>11} | {'naive MiB':>9} {'sdpa MiB':>9} {'flash MiB':>9} {'flash/naive':>11}")
+          f"{'flash/naive':>11} | {'naive MiB':>9} {'sdpa MiB':>9} {'flash MiB':>9} {'flash/naive':>11} | {'load':>5}")
     rows = [(T, False) for T in sizes] + ([(causal_t, True)] if causal_t else [])
     for T, causal in rows:
         q, k, v = (torch.randn(1, 1, T, D) for _ in range(3))
         fns = torch_functions(causal)
         with torch.no_grad():
-            t = best_times({name: partial(fn, q, k, v) for name, fn in fns.items()}, repeats)
+            t = best_times({name: partial(fn, q, k, v) for name, fn in fns.items()}, repeats, clock)
         m = {name: torch_peak_bytes(name, T, causal, threads) for name in fns}
         print(f"{T:>6} {'causal' if causal else 'full':>6} | {t['naive']:8.3f} {t['F.sdpa']:8.3f} "
               f"{t['flash']:8.3f} {t['flash'] / t['F.sdpa']:9.2f}x {t['flash'] / t['naive']:10.2f}x | "
-              f"{mib(m['naive'])} {mib(m['F.sdpa'])} {mib(m['flash'])} {100 * m['flash'] / m['naive']:10.2f}%",
-              flush=True)
+              f"{mib(m['naive'])} {mib(m['F.sdpa'])} {mib(m['flash'])} {100 * m['flash'] / m['naive']:10.2f}% | "
+              f"{os.getloadavg()[0]:5.2f}", flush=True)
 
 
 # Tile shapes of --sweep: query rows x keys per tile
@@ -181,12 +194,13 @@ SWEEP_BLOCK_Q = (128, 256, 512, 1024, 2048)
 SWEEP_BLOCK_K = (512, 1024, 2048, 4096, 8192)
 
 
-def run_sweep(backend, T, repeats, threads):
+def run_sweep(backend, T, repeats, threads, clock):
     """Time ``flash_attention`` at every tile shape against the backend's yardstick, full and causal.
 
-    The yardstick is the naive version for NumPy and ``F.scaled_dot_product_attention`` for torch;
-    all shapes and the yardstick run interleaved (:func:`best_times`), so the ratios compare calls
-    made under the same load. ``*`` marks the library's default tiles.
+    The yardstick is the naive version for NumPy and ``F.scaled_dot_product_attention`` for torch.
+    Each row times its tile shape interleaved with its own yardstick calls (:func:`best_times`),
+    so a row's ratio compares calls made under the same load even when the load drifts between
+    rows; the load average is printed with every row. ``*`` marks the library's default tiles.
     """
     if backend == "numpy":
         import contextlib
@@ -208,23 +222,21 @@ def run_sweep(backend, T, repeats, threads):
         q, k, v = (torch.randn(1, 1, T, D) for _ in range(3))
         yardstick, functions, no_grad = "F.sdpa", torch_functions, torch.no_grad
         print(f"\ntorch {torch.__version__} tile sweep (CPU, {threads} threads)", end="")
-    print(f": T = S = {T}, D = {D}, float32, one head; best of {repeats}, interleaved with {yardstick}; "
-          f"load average {os.getloadavg()[0]:.2f} at the start")
-    shapes = [(bq, bk) for bq in SWEEP_BLOCK_Q for bk in SWEEP_BLOCK_K if bq <= T and bk <= T]
-    t = {}
-    for causal in (False, True):
-        fns = {yardstick: partial(functions(causal)[yardstick], q, k, v)}
-        fns |= {shape: partial(flash.flash_attention, q, k, v, causal=causal, block_q=shape[0], block_k=shape[1])
-                for shape in shapes}
-        with no_grad():
-            t[causal] = best_times(fns, repeats)
-    print(f"{'block_q':>7} {'block_k':>7} | {'full s':>7} {'/ ' + yardstick:>9} | {'causal s':>8} {'/ ' + yardstick:>9}")
-    print(f"{yardstick:>15} | {t[False][yardstick]:7.3f} {'':>9} | {t[True][yardstick]:8.3f}")
-    for shape in shapes:
-        default = "*" if shape == (flash.DEFAULT_BLOCK_Q, flash.DEFAULT_BLOCK_K) else " "
-        print(f"{shape[0]:>6}{default} {shape[1]:>7} | {t[False][shape]:7.3f} {t[False][shape] / t[False][yardstick]:8.2f}x"
-              f" | {t[True][shape]:8.3f} {t[True][shape] / t[True][yardstick]:8.2f}x", flush=True)
-    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(f": T = S = {T}, D = {D}, float32, one head; best of {repeats} "
+          f"({clock_name(clock)}), each row interleaved with {yardstick}")
+    print(f"{'block_q':>7} {'block_k':>7} | {'full s':>7} {'/ ' + yardstick:>9} | {'causal s':>8} "
+          f"{'/ ' + yardstick:>9} | {'load':>5}")
+    yard = {causal: partial(functions(causal)[yardstick], q, k, v) for causal in (False, True)}
+    for bq, bk in [(bq, bk) for bq in SWEEP_BLOCK_Q for bk in SWEEP_BLOCK_K if bq <= T and bk <= T]:
+        ratio = {}
+        for causal in (False, True):
+            flash_fn = partial(flash.flash_attention, q, k, v, causal=causal, block_q=bq, block_k=bk)
+            with no_grad():
+                t = best_times({"flash": flash_fn, yardstick: yard[causal]}, repeats, clock)
+            ratio[causal] = (t["flash"], t["flash"] / t[yardstick])
+        default = "*" if (bq, bk) == (flash.DEFAULT_BLOCK_Q, flash.DEFAULT_BLOCK_K) else " "
+        print(f"{bq:>6}{default} {bk:>7} | {ratio[False][0]:7.3f} {ratio[False][1]:8.2f}x | "
+              f"{ratio[True][0]:8.3f} {ratio[True][1]:8.2f}x | {os.getloadavg()[0]:5.2f}", flush=True)
 
 
 # Triton: the interpreter on CPU, the compiled kernels on a GPU
@@ -375,6 +387,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads (default 2)")
     parser.add_argument("--sweep", action="store_true",
                         help="instead of the T rows: every tile shape at T = S = min(8192, --max-t), full and causal")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time calls by this process's CPU time, not the wall clock (use with --threads 1)")
     parser.add_argument("--probe", nargs=2, metavar=("NAME", "T"), help=argparse.SUPPRESS)
     parser.add_argument("--causal", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -382,18 +396,19 @@ def main():
     if args.probe:
         torch_probe(args.probe[0], int(args.probe[1]), args.causal, args.threads)
         return
+    clock = time.process_time if args.cpu_time else time.perf_counter
     if args.sweep:
         if args.backend not in ("numpy", "torch", "both"):
             sys.exit("--sweep times the numpy and torch backends: --backend numpy, torch or both")
         for backend in ("numpy", "torch") if args.backend == "both" else (args.backend,):
-            run_sweep(backend, min(8192, args.max_t), args.repeats, args.threads)
+            run_sweep(backend, min(8192, args.max_t), args.repeats, args.threads, clock)
         return
     sizes = [T for T in (1024, 2048, 4096, 8192, 16384) if T <= args.max_t]
     causal_t = min(8192, args.max_t) if sizes else None
     if args.backend in ("numpy", "both"):
-        run_numpy(sizes, args.repeats, causal_t, args.threads)
+        run_numpy(sizes, args.repeats, causal_t, args.threads, clock)
     if args.backend in ("torch", "both"):
-        run_torch(sizes, args.repeats, causal_t, args.threads)
+        run_torch(sizes, args.repeats, causal_t, args.threads, clock)
     if args.backend == "triton":
         run_triton(sizes, args.repeats, causal_t, args.threads)
 

@@ -11,8 +11,9 @@ docstring first). The torch version adds
 * the exponentials in base 2: ``log2(e)`` is folded into the scale of ``Q K^T`` and
   ``exp2(S2 - m)`` gives the same ``P`` as ``exp(S - m)`` at about half the cost on the CPU;
 * a forward pass that allocates its tiles once (scores, accumulator, ``m``, ``l``) and
-  updates them in place with fused products (``baddbmm``), within ~1.1x of
-  ``F.scaled_dot_product_attention`` on one CPU thread (benchmarks/README.md);
+  updates them in place with fused products (``baddbmm``): 1.16-1.22x the time of
+  ``F.scaled_dot_product_attention`` on one CPU thread at T = 8192, measured on a
+  loaded 2-core machine (benchmarks/README.md);
 * float16/bfloat16 inputs: the matrix products run in the input dtype, the
   softmax statistics (``m``, ``l``, ``lse``) and the accumulators in float32,
   and the output keeps the input dtype.
@@ -30,11 +31,11 @@ from .masks import sliding_window_mask
 __all__ = ["flash_attention", "sliding_window_attention"]
 
 # Default tiles, measured on the course machine (T = S = 8192, D = 64, float32,
-# CPU; see benchmarks/README.md): 512 x 1024 ran within ~1.5x of
-# F.scaled_dot_product_attention, smaller tiles were up to 2.4x slower (more
-# Python and kernel-launch overhead per element, smaller matrix products), and
-# 1024 x 1024 was about as fast while wasting more work on causal diagonal tiles.
-# The 2 MiB float32 tile keeps peak memory < 1 % of the naive version's.
+# one CPU thread; bench_flash.py --sweep, table in benchmarks/README.md): 512 x 1024
+# was the fastest shape, full and causal, at 1.16-1.22x F.scaled_dot_product_attention;
+# smaller tiles pay the Python and per-op overhead more often and multiply smaller
+# matrices (128 x 512: 2x), larger ones leave the caches and waste more work on causal
+# diagonal tiles. The 2 MiB float32 tile keeps peak memory < 1 % of the naive version's.
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 1024
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
