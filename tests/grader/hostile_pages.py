@@ -10,13 +10,13 @@ The honest notebook draws a PNG and writes math, which must still show.
 """
 
 import base64
-import copy
 import re
 import struct
 import zlib
 from html.parser import HTMLParser
 
 import nbformat
+from notebooks import solved
 
 # (payload name, markdown/HTML with {js} and {hit} placeholders)
 MARKDOWN = [
@@ -96,25 +96,13 @@ def png(width=24, height=16):
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
-def _solved(source_nb, release):
-    """The student version with the source's solution cells (markers removed): full marks."""
-    nb = copy.deepcopy(release)
-    solutions = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source_nb.cells}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            cell.source = "\n".join(line for line in solutions[meta["grade_id"]].source.splitlines()
-                                    if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
-    return nb
-
-
 def _answer_cell(nb):
     return next(c for c in nb.cells if c.cell_type == "markdown"
                 and c.metadata.get("nbgrader", {}).get("solution"))
 
 
 def honest(source_nb, release):
-    nb = _solved(source_nb, release)
+    nb = solved(release, source_nb)
     _answer_cell(nb).source = (
         "Subtracting $m = \\max_j x_j$ leaves $\\sigma(x)_i = e^{x_i - m} / \\sum_j e^{x_j - m}$ "
         "unchanged, and $$e^{x_i - m} \\le 1.$$")
@@ -125,7 +113,7 @@ def honest(source_nb, release):
 
 
 def hostile_markdown(source_nb, release, hit):
-    nb = _solved(source_nb, release)
+    nb = solved(release, source_nb)
     parts = [f"\n\n{payload.format(js=marker_js(name, hit), hit=hit)}\n\n" for name, payload in MARKDOWN]
     _answer_cell(nb).source = "My answer." + "".join(parts[::2])
     nb.cells.append(nbformat.v4.new_markdown_cell("More." + "".join(parts[1::2])))
@@ -133,7 +121,7 @@ def hostile_markdown(source_nb, release, hit):
 
 
 def hostile_outputs(source_nb, release, hit):
-    nb = _solved(source_nb, release)
+    nb = solved(release, source_nb)
     lines = ["from IPython.display import HTML, Javascript, Latex, Markdown, SVG, display",
              f"PNG = '{base64.b64encode(png()).decode()}'"]
     lines += [code.format(js=marker_js(name, hit), hit=hit) for name, code in OUTPUTS]
@@ -143,7 +131,7 @@ def hostile_outputs(source_nb, release, hit):
 
 def hostile_cells(source_nb, release, hit):
     """Raw HTML cells, an SVG attachment, hostile cell tags and widget state."""
-    nb = _solved(source_nb, release)
+    nb = solved(release, source_nb)
     raw = nbformat.v4.new_raw_cell(f"<script>{marker_js('raw-html', hit)}</script>"
                                    f"<img src=x onerror=\"{marker_js('raw-html', hit)}\">")
     raw.metadata["raw_mimetype"] = "text/html"

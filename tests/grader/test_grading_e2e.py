@@ -22,8 +22,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebooks import solution_source
 
-from autograder.worker.audit import grade_id
+from autograder.core.cells import grade_id, is_grade, is_solution, is_test_cell, nbgrader_meta
 from autograder.host.driver import grade
 from autograder.core.limits import Limits
 from autograder.host.release import generate
@@ -44,17 +45,9 @@ pytestmark = [pytest.mark.slow,
 
 
 # -- the structure of an assignment ---------------------------------------------------------
-def nb_meta(cell):
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
 def is_solution_code(cell):
-    return cell.cell_type == "code" and nb_meta(cell).get("solution") and not nb_meta(cell).get("grade")
-
-
-def is_test(cell):
-    meta = nb_meta(cell)
-    return cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
+    """An ungraded solution code cell: the student's code, checked by the test cells after it."""
+    return cell.cell_type == "code" and is_solution(cell) and not is_grade(cell)
 
 
 def parts(release):
@@ -63,18 +56,13 @@ def parts(release):
     for cell in release.cells:
         if is_solution_code(cell):
             found.append((grade_id(cell), []))
-        elif is_test(cell) and found:
-            found[-1][1].append((grade_id(cell), float(nb_meta(cell)["points"])))
+        elif is_test_cell(cell) and found:
+            found[-1][1].append((grade_id(cell), float(nbgrader_meta(cell)["points"])))
     return [p for p in found if p[1]]
 
 
 def points(part):
     return sum(p for _, p in part[1])
-
-
-def strip_markers(source):
-    return "\n".join(line for line in source.splitlines()
-                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
 
 
 def wrong_version(source):
@@ -162,7 +150,7 @@ class Class:
     def __init__(self, source, release):
         self.source, self.release = source, release
         self.parts = parts(release)
-        self.solutions = {grade_id(c): strip_markers(c.source) for c in source.cells if is_solution_code(c)}
+        self.solutions = {grade_id(c): solution_source(c.source) for c in source.cells if is_solution_code(c)}
         self.total = sum(points(p) for p in self.parts)
         self.submissions, self.expected = {}, {}
 
@@ -394,7 +382,7 @@ def test_gradebook_and_csv_agree_and_regrading_is_idempotent(graded):
 def test_feedback_has_no_hidden_tests_or_solutions(graded):
     root, assignment, klass = graded["root"], graded["assignment"], graded["klass"]
     source = klass.source
-    hidden = [line.strip() for c in source.cells if is_test(c)
+    hidden = [line.strip() for c in source.cells if is_test_cell(c)
               for line in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", c.source, re.S)
               for line in line.splitlines() if len(line.strip()) > 12]
     assert hidden, "the assignment should have hidden tests"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebooks import solved
 
 from autograder.host.release import normalize
 
@@ -112,13 +113,7 @@ def test_grade_feedback_export_round_trip(course, tmp_path):
     cli("generate", "toy", "--root", course)
     release = nbformat.read(course / "release" / "toy" / "toy.ipynb", as_version=4)
     source = nbformat.read(course / "solutions" / "toy" / "toy.ipynb", as_version=4)
-    solutions = {c.metadata.nbgrader.grade_id: c.source for c in source.cells
-                 if c.metadata.get("nbgrader", {}).get("solution")}  # code and the written answer
-    solved = copy.deepcopy(release)
-    for cell in solved.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") in solutions:
-            cell.source = solutions[cell.metadata.nbgrader.grade_id]
-    for student, nb in (("ada", solved), ("bob", release)):
+    for student, nb in (("ada", solved(release, source)), ("bob", release)):  # code and the written answer
         folder = course / "submitted" / student / "toy"
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / "toy.ipynb")

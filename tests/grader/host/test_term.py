@@ -11,11 +11,9 @@ folder or cgroup, and running grade again ends with the gradebook an uninterrupt
 run gives. A second run while one holds the course is refused.
 """
 
-import copy
 import csv
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +26,7 @@ import pytest
 
 from autograder.sandbox.launcher import unavailable_reason
 from leftovers import scratch_folders
+from notebooks import solved
 
 REPO = Path(__file__).resolve().parents[3]
 AID = "01-rope"
@@ -56,23 +55,6 @@ def points_by_part():
 PARTS, WRITTEN = points_by_part()
 FULL = sum(PARTS.values())  # every autograded point
 PENALTY = round(0.10 * FULL, 1)  # 10 %/day of the score for one started day, as course.toml says
-
-
-def strip(source):
-    source = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", source, flags=re.S)
-    return "\n".join(line for line in source.splitlines() if "SOLUTION" not in line)
-
-
-def solved(release, source, parts=None):
-    """The release notebook with the solutions of ``parts`` (grade ids; default all) filled in."""
-    answers = {c.metadata.nbgrader.grade_id: strip(c.source) for c in source.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
-    nb = copy.deepcopy(release)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in answers and (parts is None or gid in parts):
-            cell.source = answers[gid]
-    return nb
 
 
 def make_course(root):

@@ -7,13 +7,14 @@ cell, the points and the verdict the autograded notebook shows.
 """
 
 import copy
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import notebooks
 
+from autograder.core.cells import grade_id
 from autograder.host.driver import grade
 
 REPO = Path(__file__).resolve().parents[3]
@@ -41,26 +42,10 @@ class Cell:
     message: str
 
 
-def strip(source):
-    """A solution cell without its hidden tests and SOLUTION markers."""
-    source = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", source, flags=re.S)
-    return "\n".join(line for line in source.splitlines() if "SOLUTION" not in line)
-
-
-def grade_id(cell):
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
 def solved(aid):
     """The student version of ``aid`` with the course's solutions in its solution cells."""
-    source = nbformat.read(REPO / "solutions" / aid / f"{aid}.ipynb", as_version=4)
-    answers = {grade_id(c): strip(c.source) for c in source.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
-    nb = copy.deepcopy(nbformat.read(REPO / "release" / aid / f"{aid}.ipynb", as_version=4))
-    for cell in nb.cells:
-        if grade_id(cell) in answers:
-            cell.source = answers[grade_id(cell)]
-    return nb
+    return notebooks.solved(nbformat.read(REPO / "release" / aid / f"{aid}.ipynb", as_version=4),
+                            nbformat.read(REPO / "solutions" / aid / f"{aid}.ipynb", as_version=4))
 
 
 def replaced(nb, **sources):
