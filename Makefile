@@ -57,8 +57,9 @@ $(WHEELHOUSE_STAMP): requirements-learner.txt $(STAMP)
 book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
+# The 25 slowest tests are listed at the end: where a faster suite starts.
 test: book $(TRITON_STAMP) $(NPM_STAMP) $(WHEELHOUSE_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 # No book build, no browser, no end-to-end grading (the `slow` marker), one pytest-xdist
 # worker per core: under a minute on 2 cores.
