@@ -25,6 +25,8 @@ import re
 import shutil
 from pathlib import Path
 
+from ..core.cells import grade_id, is_grade, is_solution
+
 MATHJAX_DIR = "_mathjax"  # under feedback/: pages are feedback/<student>/<assignment>/*.html
 MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2")
 WRAP_CSS = ("<style>.output_area pre, .output_subarea pre, .nbgrader_cell pre "
@@ -51,8 +53,7 @@ def title(cell):
         text = line.strip()
         if text.startswith("#") and not text.startswith("###"):
             return text.lstrip("# ").rstrip(".")
-    grade_id = cell.metadata.nbgrader.grade_id
-    return "visible tests" if grade_id.endswith("visible") else "tests"
+    return "visible tests" if grade_id(cell).endswith("visible") else "tests"
 
 
 def polish(page, nb, needs_manual=()):
@@ -61,15 +62,14 @@ def polish(page, nb, needs_manual=()):
     ``needs_manual``: grade ids of written answers that have no manual grade yet.
     """
     for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        grade_id = meta.get("grade_id")
-        if not meta.get("grade") or not grade_id:
+        gid = grade_id(cell)
+        if not is_grade(cell) or not gid:
             continue
-        anchor = f'<a href="#{grade_id}">'
-        if not meta.get("solution"):
-            label = f"<code>{html.escape(grade_id)}</code> {html.escape(title(cell))}"
+        anchor = f'<a href="#{gid}">'
+        if not is_solution(cell):
+            label = f"<code>{html.escape(gid)}</code> {html.escape(title(cell))}"
             page = page.replace(f"{anchor}Test cell</a>", f"{anchor}{label}</a>")
-        elif grade_id in needs_manual:
+        elif gid in needs_manual:
             page = re.sub(re.escape(anchor) + r"(Written response|Coding free-response)</a> \(Score: [^)]*\)",
                           lambda m: f"{anchor}{m.group(1)}</a> (to be graded by hand)", page)
     page = MATHJAX_2.sub(lambda _: MATHJAX_3, page, count=1)
