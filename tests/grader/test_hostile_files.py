@@ -29,7 +29,8 @@ from autograder.host.driver import grade
 from autograder.host.release import generate
 from autograder.sandbox.launcher import unavailable_reason
 from autograder.worker.intake import NOTEBOOK_BYTES, NOTEBOOK_CELLS
-from tests.grader.test_grading_e2e import FIXTURE, Class, strip_markers
+from notebooks import solution_source
+from tests.grader.test_grading_e2e import FIXTURE, Class
 
 SANDBOX_MISSING = unavailable_reason()
 pytestmark = [pytest.mark.slow,
@@ -160,7 +161,7 @@ def test_amplification_costs_seconds_not_minutes(hostile):
 def test_no_link_grades_or_shows_the_solution(hostile):
     root, klass = hostile["root"], hostile["klass"]
     lines = [line.strip() for code in klass.solutions.values()
-             for line in strip_markers(code).splitlines() if len(line.strip()) > 12]
+             for line in solution_source(code).splitlines() if len(line.strip()) > 12]
     assert lines
     for student in ("linked-solutions", "linked-classmate", "linked-shadow", "hardlink"):
         pages = list((root / FEEDBACK / student / AID).glob("*.html"))
