@@ -35,7 +35,8 @@ if not torch.cuda.is_available() and not fref.INTERPRETED:
     pytest.fail("no GPU, and triton was imported before TRITON_INTERPRET=1 could be set (by an earlier test "
                 "module?): run with TRITON_INTERPRET=1 in the environment", pytrace=False)
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# slow: every test runs the kernels, on a CPU under Triton's interpreter: 1-3 s each, about 35 s in all (make test runs them; make test-fast does not)
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Largest error allowed, relative to the largest reference value of the same tensor

@@ -39,7 +39,8 @@ in_process = pytest.mark.skipif(
     not isinstance(tl.zeros, InterpretedFunction),
     reason="triton was imported compiled before this module: run it alone, with TRITON_INTERPRET=1")
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# slow: the checks run the student's Triton kernels, on a CPU under the interpreter: about 2 s each (make test runs them; make test-fast does not)
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 def namespace(path=None, replace=()):
