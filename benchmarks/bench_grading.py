@@ -44,20 +44,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder.core.assignments import ASSIGNMENTS  # noqa: E402
-from autograder.host.release import generate  # noqa: E402
-
-
-def solved(source, release):
-    """The student version with every solution cell filled in from the source."""
-    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-                 if c.metadata.get("nbgrader", {}).get("solution")}
-    nb = copy.deepcopy(release)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if cell.metadata.get("nbgrader", {}).get("solution") and gid in solutions:
-            cell.source = "\n".join(line for line in solutions[gid].splitlines()
-                                    if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
-    return nb
+from autograder.core.cells import grade_id, is_solution  # noqa: E402
+from autograder.host.release import generate, solved  # noqa: E402
 
 
 def make_class(root, assignment, course, n):
@@ -65,12 +53,11 @@ def make_class(root, assignment, course, n):
     source = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     release_dir = generate(assignment, root, release_dir=root / "release")
     release = nbformat.read(release_dir / f"{assignment}.ipynb", as_version=4)
-    base = solved(source, release)
-    first = next(c for c in base.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    base = solved(release, source)
+    first = grade_id(next(c for c in base.cells if is_solution(c)))
     for i in range(n):
         nb = copy.deepcopy(base)
-        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
-                    == first.metadata["nbgrader"]["grade_id"])
+        cell = next(c for c in nb.cells if grade_id(c) == first)
         cell.source = f"# submission {i}\n" + cell.source + "\n" * (i % 3)
         folder = root / "submitted" / f"student{i:03d}" / assignment
         folder.mkdir(parents=True)
@@ -356,7 +343,7 @@ def profile_assignment(assignment, measured=3):
     """Grade ``measured`` + 1 submissions of ``assignment`` in this process (one worker, as
     ``--jobs 1`` would), the first to warm up; return (fixed start seconds, per-phase rows
     averaged over the others, their scores)."""
-    from autograder.core.gradebook import open_gradebook
+    from autograder.core.gradebook import sqlite_url
     from autograder.core.limits import Limits
     from autograder.core.nbgrader_config import prepare_nbgrader
     from autograder.host import driver
@@ -371,7 +358,7 @@ def profile_assignment(assignment, measured=3):
         make_class(root, assignment, REPO, measured + 1)
         workdir, sockets = Path(tmp) / "work", make_socket_root()
         workdir.mkdir()
-        class_db = f"sqlite:///{root}/gradebook.db"
+        class_db = sqlite_url(root / "gradebook.db")
         run_id = f"p{os.getpid()}"
         os.environ[RUN_ENV] = run_id
         limits = Limits()
@@ -384,16 +371,11 @@ def profile_assignment(assignment, measured=3):
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
-            release = generate(assignment, root, release_dir=workdir / "release",
-                               db_url=f"sqlite:///{workdir}/template.db")
-            with open_gradebook(class_db):
-                pass
-            generate(assignment, root, release_dir=workdir / "release-db", db_url=class_db)
-            settings = Settings(root=str(root), assignment=assignment,
-                                template_db=str(workdir / "template.db"), release_dir=str(release),
-                                workdir=str(workdir), limits=limits, run_id=run_id,
-                                socket_root=sockets)
-            db = f"sqlite:///{workdir}/template.db"
+            release, template = driver.student_version(assignment, root, class_db, workdir)
+            settings = Settings(root=str(root), assignment=assignment, template_db=str(template),
+                                release_dir=str(release), workdir=str(workdir), limits=limits,
+                                run_id=run_id, socket_root=sockets)
+            db = sqlite_url(template)
             fault = preflight(settings, db, workdir / "submitted")
             if fault:
                 raise SystemExit(f"no kernel starts here: {fault}")

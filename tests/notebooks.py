@@ -1,10 +1,9 @@
 """Helpers shared by the assignment tests: where the notebooks are, and how to read them.
 
 Not a test module: the assignment tests import it, and every test that hands in a solved
-notebook takes it from :func:`solved` here.
+notebook takes :func:`solved` from here (it is :mod:`autograder.host.release`'s).
 """
 
-import copy
 import re
 import sys
 from pathlib import Path
@@ -15,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the grader-only checks are not installed, they live in the repo
     sys.path.insert(0, str(ROOT))
 from autograder.core.assignments import REGISTRY  # noqa: E402 - the registry
-from autograder.core.cells import grade_id, is_solution, nbgrader_meta, visible_source  # noqa: E402
+from autograder.core.cells import nbgrader_meta  # noqa: E402
+from autograder.host.release import solution_source, solved  # noqa: E402,F401 - for the tests
 
 # assignments that run on the course's lock alone (07-flash-triton, which needs triton, has its
 # own test module)
@@ -37,25 +37,6 @@ def read(path):
 
 
 meta = nbgrader_meta  # a cell's nbgrader metadata: the grader's own reading of it
-
-
-def solution_source(source):
-    """A solution cell's source as a student who solved it hands it in: without hidden tests
-    and without the ``### BEGIN/END SOLUTION`` marker lines."""
-    return "\n".join(line for line in visible_source(source).splitlines()
-                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
-
-
-def solved(release, source, parts=None):
-    """A copy of the student version ``release`` with the solutions of the instructor's
-    ``source`` notebook in its solution cells (code and written answers): those whose grade id
-    is in ``parts``, or all of them."""
-    answers = {grade_id(c): solution_source(c.source) for c in source.cells if is_solution(c)}
-    nb = copy.deepcopy(release)
-    for cell in nb.cells:
-        if grade_id(cell) in answers and (parts is None or grade_id(cell) in parts):
-            cell.source = answers[grade_id(cell)]
-    return nb
 
 
 def solution_lines(aid, min_len=30):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..core.cells import grade_id, is_solution, visible_source
 from ..core.gradebook import sqlite_url
 from ..core.nbgrader_config import RELEASE, SOURCE, course_config, prepare_nbgrader
 
@@ -73,3 +74,23 @@ def stale_notebooks(assignment, root="."):
             if not old.exists() or normalize(nbformat.read(old, 4)) != normalize(nbformat.read(new, 4)):
                 stale.append(str(old.relative_to(root)))
         return stale
+
+
+def solution_source(source):
+    """A solution cell's source as a student who solved it hands it in: without hidden tests
+    and without the ``### BEGIN/END SOLUTION`` marker lines."""
+    return "\n".join(line for line in visible_source(source).splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def solved(release, source, parts=None):
+    """A copy of the student version ``release`` with the solutions of the instructor's
+    ``source`` notebook in its solution cells (code and written answers): those whose grade id
+    is in ``parts``, or all of them. What a student who solved the assignment hands in (the
+    tests' and the benchmarks' classes are made of it)."""
+    answers = {grade_id(c): solution_source(c.source) for c in source.cells if is_solution(c)}
+    nb = copy.deepcopy(release)
+    for cell in nb.cells:
+        if grade_id(cell) in answers and (parts is None or grade_id(cell) in parts):
+            cell.source = answers[grade_id(cell)]
+    return nb
