@@ -236,7 +236,7 @@ class LimitedExecute(Execute):
             self._channel.deadline = monotonic() + max(left, 0.0)
             self._channel.flags.clear()
             transport = self._transport
-            transport.installed, transport.lost = False, None
+            transport.new_cell()
             failure = self._judge(cell)
             if isinstance(failure, judge.HostError):  # e.g. memory cannot be measured here
                 raise GradingHostFault(str(failure))
@@ -260,9 +260,12 @@ class LimitedExecute(Execute):
 
     def _judge(self, cell):
         """The judge's verdict on ``cell`` (None: passed), asking the kernel that runs now
-        (:meth:`_start` makes a transport for each kernel)."""
+        (:meth:`_start` makes a transport for each kernel); the kernel is idle again after it."""
         self._channel.transport = self._transport
-        return judge.judge_cell(cell, self._namespace)
+        try:
+            return judge.judge_cell(cell, self._namespace)
+        finally:
+            self._transport.end_session()
 
     def measure_call(self, name, args, kwargs, timeout):
         """``(output, peak bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.

@@ -192,7 +192,7 @@ class RemoteNamespace(dict):
             raise KeyError(name)
         if found.get("callable"):
             return RemoteFunction(self.channel, name)
-        return self.channel.request(op=probe.Op.VALUE, name=name).get("value")
+        return found.get("value")
 
 
 # -- verdicts --------------------------------------------------------------------------------

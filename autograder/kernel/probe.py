@@ -2,11 +2,14 @@
 
 The judge (:mod:`autograder.judge.verdict`, in the trusted worker, through its
 :class:`~autograder.judge.transport.KernelTransport`) sends this module's source into the
-sandboxed kernel once per judged cell and then asks it, through IPython
-``user_expressions``, to (each operation is a member of :class:`Op`)
+sandboxed kernel once per judged cell, in the same ``execute_request`` that starts
+:func:`serve`: for the rest of the cell the kernel's main thread answers the judge's
+requests over a Unix socket in the kernel's private socket folder (one length-prefixed
+frame each way per request, no Jupyter message), and asks it to (each operation is a
+member of :class:`Op`)
 
-* ``lookup(name)``: is ``name`` defined in the notebook, and is it callable;
-* ``value(name)``: the value of a variable (``ANSWER_...``);
+* ``lookup(name)``: is ``name`` defined in the notebook, is it callable, and if it is
+  not, its value (a variable such as ``ANSWER_...``);
 * ``call(name, args, kwargs)``: call the student's function on inputs chosen by
   the judge, and return what it returned (and how long it took);
 * ``vjp(handle, grads)``: back-propagate ``grads`` through the torch output of an
@@ -39,6 +42,8 @@ source), so there is one definition of the format.
 import base64
 import io
 import json
+import socket
+import struct
 import time
 from enum import StrEnum
 
@@ -48,14 +53,14 @@ import numpy as np
 DTYPES = frozenset("?bBhHiIlLqQefdgFDG")
 MAX_TEXT = 64 * 2**20  # largest encoded message the worker accepts
 MAX_DEPTH = 20  # containers nested deeper than this are refused both ways
+FRAME = struct.Struct("!Q")  # a frame on the judge's line: its length, then that many bytes
 
 
 class Op(StrEnum):
     """The operations a request may name (its ``op``): the one definition, for the judge
     that sends them and the probe that answers them. Their values are the wire format."""
 
-    LOOKUP = "lookup"            # is ``name`` defined, and callable?
-    VALUE = "value"              # the value of variable ``name``
+    LOOKUP = "lookup"            # is ``name`` defined, and callable? if not, its value
     CALL = "call"                # ``name(*args, **kwargs)``: its output, time and SDPA record
     VJP = "vjp"                  # gradients of an earlier call's inputs (its ``handle``)
     STAGE = "stage"              # a measured call, 1/3: keep the decoded inputs
@@ -190,13 +195,12 @@ def _torch_if_loaded():
 
 
 def encode(obj):
-    """``obj`` (arrays, tensors, numbers, strings, lists, tuples, dicts) as base64 JSON text."""
+    """``obj`` (arrays, tensors, numbers, strings, lists, tuples, dicts) as JSON text (ASCII)."""
     return _text(_to_jsonable(obj))
 
 
 def _text(jsonable):
-    text = json.dumps(jsonable, separators=(",", ":"))
-    return base64.b64encode(text.encode()).decode("ascii")
+    return json.dumps(jsonable, separators=(",", ":"))
 
 
 def decode(text, torch=None):
@@ -208,7 +212,7 @@ def decode(text, torch=None):
     if not isinstance(text, str) or len(text) > MAX_TEXT:
         raise ProbeError("message missing or too large")
     try:
-        return _from_jsonable(json.loads(base64.b64decode(text, validate=True)), torch)
+        return _from_jsonable(json.loads(text), torch)
     except ProbeError:
         raise
     except Exception as error:  # noqa: BLE001 - anything malformed
@@ -255,11 +259,10 @@ def _sdpa_during(before):
 def _lookup(request, ns, torch):
     name = request["name"]
     found = name in ns
-    return encode({"found": found, "callable": found and callable(ns[name])})
-
-
-def _value(request, ns, torch):
-    return encode({"value": ns[request["name"]]})
+    reply = {"found": found, "callable": found and callable(ns[name])}
+    if found and not reply["callable"]:
+        reply["value"] = ns[name]
+    return encode(reply)
 
 
 def _grad_inputs(request, args, torch):
@@ -327,12 +330,12 @@ def _vjp(request, ns, torch):
     return encode({"grads": list(grads)})
 
 
-_ANSWERS = {Op.LOOKUP: _lookup, Op.VALUE: _value, Op.CALL: _call, Op.VJP: _vjp,
+_ANSWERS = {Op.LOOKUP: _lookup, Op.CALL: _call, Op.VJP: _vjp,
             Op.STAGE: _stage, Op.CALL_STAGED: _call_staged, Op.FETCH: _fetch}
 
 
 def handle(request_text):
-    """Answer one request of the judge (base64 JSON in, base64 JSON out)."""
+    """Answer one request of the judge (JSON text in, JSON text out)."""
     torch = _torch_if_loaded()
     try:
         request = decode(request_text, torch)
@@ -346,3 +349,33 @@ def handle(request_text):
         if isinstance(error, KeyboardInterrupt):
             raise
         return encode(_error(error))
+
+
+def _read(line, size):
+    """``size`` bytes from the socket ``line``; None when the judge has hung up."""
+    buf = bytearray(size)
+    view, got = memoryview(buf), 0
+    while got < size:
+        n = line.recv_into(view[got:])
+        if not n:
+            return None
+        got += n
+    return bytes(buf)
+
+
+def serve(path):
+    """Answer the judge's requests for one judged cell, in the kernel's main thread.
+
+    Connects to the judge's socket at ``path`` and answers each frame (a length, then a
+    request for :func:`handle`) with a frame, until an empty frame or the judge hanging
+    up ends the cell. An interrupt (the judge's, after a call ran out of time) ends it too.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as line:
+        line.connect(path)
+        while (header := _read(line, FRAME.size)) is not None:
+            (size,) = FRAME.unpack(header)
+            request = _read(line, size) if size else None
+            if request is None:
+                return
+            reply = handle(request.decode("ascii")).encode("ascii")
+            line.sendall(FRAME.pack(len(reply)) + reply)

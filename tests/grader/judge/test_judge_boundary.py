@@ -7,11 +7,16 @@
   the notebook's namespace, and a small transport hands it each request through the codec.
   The requests the judge makes for a cell, and its verdicts, are checked against
   expectations written out here;
-* :class:`KernelTransport` against a scripted kernel client: the probe is installed in the
-  first request only, replies are read as literals, and a kernel that dies or stays silent
-  is a JudgeError that says so and is remembered as :class:`Lost`.
+* :class:`KernelTransport` against a scripted kernel (a thread on the far side of the real
+  Unix socket, running the real probe's ``serve`` or misbehaving): one session per judged
+  cell, the probe installed once per cell, the kernel idle again after a session, and a
+  kernel that refuses, dies, stays silent or breaks the line is a JudgeError that says so
+  and is remembered as :class:`Lost`.
 """
 
+import socket
+import threading
+import time
 import types
 from queue import Empty
 
@@ -106,10 +111,10 @@ def test_a_name_the_notebook_lacks_is_a_name_error_with_a_hint():
     assert sent == [{"op": "lookup", "name": "add"}]
 
 
-def test_a_variable_is_fetched_by_value_and_never_called():
+def test_a_variable_comes_with_its_look_up_and_is_never_called():
     failure, sent, _ = judged("assert ANSWER_X == [1, (2.5, 'a')]", {"ANSWER_X": [1, (2.5, "a")]})
     assert failure is None
-    assert sent == [{"op": "lookup", "name": "ANSWER_X"}, {"op": "value", "name": "ANSWER_X"}]
+    assert sent == [{"op": "lookup", "name": "ANSWER_X"}]
 
 
 def test_no_request_is_sent_after_the_cells_deadline():
@@ -118,28 +123,35 @@ def test_no_request_is_sent_after_the_cells_deadline():
     assert sent == []
 
 
-# -- the transport against a scripted kernel client ---------------------------------------
+# -- the transport against a scripted kernel over a real socket ------------------------
 class ScriptedKernel:
-    """A kernel client and manager: each execute is answered by ``answer(code, expressions)``
-    (a user expression's text/plain, or None for no reply at all)."""
+    """A kernel client and manager whose kernel is a thread: each ``execute`` of code that
+    calls ``serve`` runs ``behaviour(path, code)`` (it connects to the judge's socket, or not);
+    its execute_reply (``status``, or none when ``behaviour`` returns None) follows."""
 
-    def __init__(self, answer, alive=True):
-        self.answer, self.alive, self.executed, self.replies = answer, alive, [], []
+    def __init__(self, folder, behaviour, alive=True):
+        self.connection_file = str(folder / "connection.json")
+        self.behaviour, self.alive, self.executed, self.replies = behaviour, alive, [], []
         self.shell_channel = self
 
-    def execute(self, code, silent, store_history, user_expressions=None):
+    def execute(self, code, silent, store_history):
         msg_id = f"m{len(self.executed)}"
         self.executed.append(code)
-        text = self.answer(code, user_expressions)
-        if text is not None:
-            expressions = {"r": {"status": "ok", "data": {"text/plain": text}}} \
-                if user_expressions else {}
-            self.replies.append({"parent_header": {"msg_id": "stale"}, "content": {}})
-            self.replies.append({"parent_header": {"msg_id": msg_id},
-                                 "content": {"status": "ok", "user_expressions": expressions}})
+
+        def run():
+            status = self.behaviour(code) if "__grader__.serve(" in code else "ok"
+            if status is not None:
+                self.replies.append({"parent_header": {"msg_id": "stale"}, "content": {}})
+                self.replies.append({"parent_header": {"msg_id": msg_id},
+                                     "content": {"status": status}})
+
+        threading.Thread(target=run, daemon=True).start()
         return msg_id
 
     def get_msg(self, timeout):
+        end = time.monotonic() + (timeout or 0)
+        while not self.replies and time.monotonic() < end:
+            time.sleep(0.005)
         if self.replies:
             return self.replies.pop(0)
         raise Empty
@@ -148,50 +160,118 @@ class ScriptedKernel:
         return self.alive
 
 
-def probe_reply(value):
-    return repr(probe.encode(value))
+def serving(namespace, path_of):
+    """A behaviour: the real probe's ``serve`` over ``namespace``, as the judge installs it."""
+    line = ProbeInProcess(namespace).probe
+
+    def behaviour(code):
+        line.serve(path_of(code))
+        return "ok"
+
+    return behaviour
 
 
-def test_the_probe_is_installed_with_the_first_request_only_and_replies_are_decoded():
-    kernel = ScriptedKernel(lambda code, expressions: probe_reply({"found": True}))
+def socket_path(code):
+    return code.rsplit("__grader__.serve(", 1)[1].split(")")[0].strip("'")
+
+
+def connected(then):
+    """A behaviour that connects, reads one request, then does ``then(line)``."""
+    def behaviour(code):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as line:
+            line.connect(socket_path(code))
+            size = probe.FRAME.unpack(line.recv(probe.FRAME.size))[0]
+            line.recv(size)
+            return then(line)
+
+    return behaviour
+
+
+def test_one_session_per_cell_installs_the_probe_once_and_ends_with_the_kernel_idle(tmp_path):
+    kernel = ScriptedKernel(tmp_path, None)
+    kernel.behaviour = serving({"f": abs, "X": [1, 2]}, socket_path)
     wire = KernelTransport(kernel, kernel, cell_timeout=30)
-    assert wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5) == {"found": True}
-    assert wire.request({"op": probe.Op.LOOKUP, "name": "g"}, 5) == {"found": True}
-    assert kernel.executed == [INSTALL_PROBE, ""]
-    assert wire.round_trips == 2 and wire.bytes > len(INSTALL_PROBE)
-    wire.installed = False  # the next judged cell
-    wire.request({"op": probe.Op.LOOKUP, "name": "h"}, 5)
-    assert kernel.executed[-1] == INSTALL_PROBE and wire.lost is None
+    assert wire.path == str(tmp_path / "judge")
+    assert wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5) == {"found": True, "callable": True}
+    assert wire.request({"op": probe.Op.LOOKUP, "name": "X"}, 5) == {
+        "found": True, "callable": False, "value": [1, 2]}
+    assert wire.request({"op": probe.Op.CALL, "name": "f", "args": [-3], "kwargs": {}}, 5)["value"] == 3
+    assert len(kernel.executed) == 1 and kernel.executed[0].startswith(INSTALL_PROBE)
+    wire.end_session()  # the empty frame ends serve; its reply is awaited
+    assert wire.lost is None and kernel.replies == []
+    assert wire.round_trips == 4 and wire.bytes > len(INSTALL_PROBE)
+    wire.new_cell()
+    wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)
+    wire.end_session()
+    assert len(kernel.executed) == 2 and kernel.executed[1].startswith(INSTALL_PROBE)
+    wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)  # same cell, new session: no install
+    wire.end_session()
+    assert kernel.executed[2] == f"__grader__.serve({wire.path!r})\n" and wire.lost is None
 
 
-@pytest.mark.parametrize("text", ["42", "{'a': 1}", "__import__('os').system('true')",
-                                  "'" + "x" * 10 + "'"])
-def test_a_reply_that_is_not_an_encoded_string_is_refused(text):
-    kernel = ScriptedKernel(lambda code, expressions: text)
+def test_code_sent_while_a_session_is_open_ends_it_first(tmp_path):
+    kernel = ScriptedKernel(tmp_path, None)
+    kernel.behaviour = serving({"f": abs}, socket_path)
     wire = KernelTransport(kernel, kernel, cell_timeout=30)
-    with pytest.raises((verdict.JudgeError, probe.ProbeError)):
-        wire.request({"op": probe.Op.VALUE, "name": "x"}, 5)
+    wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)
+    assert wire.run_silently("x = 1", 5)["content"]["status"] == "ok"
+    assert kernel.executed[-1] == "x = 1" and wire.lost is None
 
 
-def test_a_kernel_that_dies_while_asked_is_lost_as_died():
-    kernel = ScriptedKernel(lambda code, expressions: None, alive=False)
+def test_a_kernel_that_refuses_the_probe_is_a_judge_error_at_once(tmp_path):
+    kernel = ScriptedKernel(tmp_path, lambda code: "error")
+    wire = KernelTransport(kernel, kernel, cell_timeout=30)
+    start = time.monotonic()
+    with pytest.raises(verdict.JudgeError, match="refused the grader's code"):
+        wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 20)
+    assert time.monotonic() - start < 2
+
+
+def test_a_kernel_that_dies_while_asked_is_lost_as_died(tmp_path):
+    kernel = ScriptedKernel(tmp_path, lambda code: None, alive=False)
     wire = KernelTransport(kernel, kernel, cell_timeout=30)
     with pytest.raises(verdict.JudgeError, match="kernel died"):
         wire.request({"op": probe.Op.CALL, "name": "f", "args": [], "kwargs": {}}, 30)
     assert wire.lost is Lost.DIED
 
 
-def test_a_silent_kernel_is_lost_as_timeout_and_the_message_names_both_limits():
-    kernel = ScriptedKernel(lambda code, expressions: None)
+def test_a_silent_kernel_is_lost_as_timeout_and_the_message_names_both_limits(tmp_path):
+    kernel = ScriptedKernel(tmp_path, connected(lambda line: time.sleep(2)))
     wire = KernelTransport(kernel, kernel, cell_timeout=30)
-    with pytest.raises(verdict.JudgeError, match=r"in the 0 s this test had left .* \(30 s per cell\)"):
-        wire.request({"op": probe.Op.CALL, "name": "f", "args": [], "kwargs": {}}, 0.2)
+    with pytest.raises(verdict.JudgeError, match=r"in the 1 s this test had left .* \(30 s per cell\)"):
+        wire.request({"op": probe.Op.CALL, "name": "f", "args": [], "kwargs": {}}, 0.6)
+    assert wire.lost is Lost.TIMEOUT
+    wire.end_session()  # a lost line is closed, no empty frame and no wait
     assert wire.lost is Lost.TIMEOUT
 
 
-def test_code_the_kernel_refuses_is_a_judge_error():
-    kernel = ScriptedKernel(lambda code, expressions: "'x'")
-    kernel.execute = lambda code, silent, store_history, user_expressions=None: (
+@pytest.mark.parametrize("then", [
+    lambda line: None,                                                  # hangs up
+    lambda line: line.sendall(probe.FRAME.pack(probe.MAX_TEXT + 1)),    # a frame too large
+    lambda line: line.sendall(probe.FRAME.pack(10) + b"short"),          # then hangs up
+], ids=["hang-up", "too-large", "cut-short"])
+def test_a_broken_line_is_a_judge_error_and_lost_as_broken(tmp_path, then):
+    kernel = ScriptedKernel(tmp_path, connected(then))
+    wire = KernelTransport(kernel, kernel, cell_timeout=30)
+    with pytest.raises(verdict.JudgeError, match="broke off the grader's line"):
+        wire.request({"op": probe.Op.LOOKUP, "name": "x"}, 5)
+    assert wire.lost is Lost.BROKEN
+
+
+@pytest.mark.parametrize("text", [b"42", b"{'a': 1}", b"__import__('os').system('true')",
+                                  "\u00e9".encode(), b'{"$":"pickle","v":"x"}'])
+def test_a_reply_that_is_not_an_encoded_value_is_refused(tmp_path, text):
+    kernel = ScriptedKernel(tmp_path, connected(
+        lambda line: line.sendall(probe.FRAME.pack(len(text)) + text)))
+    wire = KernelTransport(kernel, kernel, cell_timeout=30)
+    with pytest.raises((verdict.JudgeError, probe.ProbeError)):
+        reply = wire.request({"op": probe.Op.LOOKUP, "name": "x"}, 5)
+        assert isinstance(reply, dict)  # 42 decodes: the channel refuses a non-dict reply
+
+
+def test_code_the_kernel_refuses_is_a_judge_error(tmp_path):
+    kernel = ScriptedKernel(tmp_path, None)
+    kernel.execute = lambda code, silent, store_history: (
         kernel.replies.append({"parent_header": {"msg_id": "m"},
                                "content": {"status": "error"}}) or "m")
     wire = KernelTransport(kernel, kernel, cell_timeout=30)

@@ -18,7 +18,7 @@ The families (the attack code is prepended to the student's first solution cell)
 * change the verdict from inside: input and AST transformers that turn test cells
   into ``pass``, execute results that claim points, hooks, a replaced ``__builtins__``,
   ``sys.settrace``, float subclasses that compare equal to anything, a rebound ``np``,
-  a forged or malformed reply to the grader's probe.
+  a forged, malformed or stalled reply on the grader's line to its probe.
 """
 
 import csv
@@ -180,16 +180,25 @@ ATTACKS = {
             return Anything(0)
     """,
     "forged_reply": """
-        ip = get_ipython()
-        ip.user_expressions = lambda expressions: {
-            k: {'status': 'ok', 'data': {'text/plain': repr('eyJ2YWx1ZSI6IDR9')}, 'metadata': {}}
-            for k in expressions}
+        import socket, struct
+        FORGED = b'{"$":"dict","v":{"found":true,"callable":false,"value":{"$":"int","v":"4"}}}'
+        real = socket.socket.sendall
+        socket.socket.sendall = lambda self, data, *rest: real(
+            self, struct.pack('!Q', len(FORGED)) + FORGED, *rest)
     """,
     "malformed_reply": """
-        ip = get_ipython()
-        ip.user_expressions = lambda expressions: {
-            k: {'status': 'ok', 'data': {'text/plain': '[' * 100000}, 'metadata': {}}
-            for k in expressions}
+        import socket, struct
+        real = socket.socket.sendall
+        socket.socket.sendall = lambda self, data, *rest: real(
+            self, struct.pack('!Q', 2**62) + b'[' * 100000, *rest)
+    """,
+    "stalled_reply": """
+        import socket, struct, time
+        real = socket.socket.sendall
+        def sendall(self, data, *rest):
+            real(self, struct.pack('!Q', 1000) + b'[1', *rest)
+            time.sleep(3600)
+        socket.socket.sendall = sendall
     """,
 }
 
