@@ -5,10 +5,11 @@ which decides) and the student's kernel (where :mod:`autograder.kernel.probe` an
 
 A judged cell is one *session*. The first request of a cell listens on a Unix socket in
 the kernel's private folder (the folder of its connection file, which only this kernel's
-sandbox mounts) and sends one ``execute_request`` whose code installs the probe's source
-and calls :func:`~autograder.kernel.probe.serve`; the kernel connects, and from then on
-each request is one length-prefixed frame each way: no Jupyter message, no signature, no
-run of an IPython cell. :meth:`KernelTransport.end_session` (after the cell's verdict, and
+sandbox mounts) and sends one ``execute_request`` (:data:`SESSION`); the kernel connects,
+takes the probe's source as the first frame, installs it afresh (once per judged cell: a
+second session of the same cell, around a measured call's solution cells, keeps it) and
+calls :func:`~autograder.kernel.probe.serve`. From then on each request is one length-prefixed
+frame each way: no Jupyter message, no signature, no run of an IPython cell. :meth:`KernelTransport.end_session` (after the cell's verdict, and
 before any other code is sent to the kernel) sends the empty frame that ends ``serve`` and
 waits for that ``execute_request``'s reply, so the kernel is idle again.
 
@@ -33,13 +34,28 @@ from ..kernel import probe
 from .verdict import JudgeError
 
 PROBE_SOURCE = open(probe.__file__, encoding="utf-8").read()
-INSTALL_PROBE = (
-    "import types as __grader_types\n"
-    "__grader__ = __grader_types.ModuleType('__grader__')\n"
-    "__grader__.get_ipython = get_ipython\n"
-    f"exec(compile({PROBE_SOURCE!r}, '<grader probe>', 'exec'), __grader__.__dict__)\n"
-    "del __grader_types\n"
-)
+# What each session's execute_request runs: connect to the judge, take the probe's source
+# (the first frame; empty: keep the probe this cell installed), install it afresh as
+# ``__grader__`` and serve. The source travels on the line, not in the request: IPython's
+# input transformations over 17 kB of code cost the kernel 13 ms a cell.
+SESSION = """\
+def __grader_session(path):
+    import socket, types
+    line = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    line.connect(path)
+    size = int.from_bytes(line.recv(8, socket.MSG_WAITALL), 'big')
+    if size:
+        probe = types.ModuleType('__grader__')
+        probe.get_ipython = get_ipython
+        source = line.recv(size, socket.MSG_WAITALL).decode('utf-8')
+        exec(compile(source, '<grader probe>', 'exec'), probe.__dict__)
+        get_ipython().user_ns['__grader__'] = probe
+    get_ipython().user_ns['__grader__'].serve(line)
+try:
+    __grader_session({path!r})
+finally:
+    del __grader_session
+"""
 SOCKET_NAME = "judge"  # the judge's socket, in the kernel's private folder (short: sun_path)
 POLL_SECONDS = 0.5     # how often a wait checks that the kernel is still alive
 ACCEPT_SLICE = 0.05    # how often a wait for the kernel to connect checks the kernel's reply
@@ -84,7 +100,7 @@ class KernelTransport:
         self._given = 0.0       # seconds the request being answered was given
 
     def new_cell(self):
-        """Forget the last cell: the next request installs the probe afresh."""
+        """Forget the last cell: the next session installs the probe afresh."""
         self.end_session()
         self.installed, self.lost = False, None
 
@@ -147,7 +163,7 @@ class KernelTransport:
 
     # -- a session ---------------------------------------------------------------------
     def _open(self, deadline):
-        """Listen, send the code that installs the probe and serves, take the kernel's call."""
+        """Listen, send :data:`SESSION`, take the kernel's call, send the probe's source."""
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -156,11 +172,16 @@ class KernelTransport:
             listener.bind(self.path)
             os.chmod(self.path, 0o666)  # the kernel's user (nobody) connects; only its sandbox sees the folder
             listener.listen(1)
-            code = ("" if self.installed else INSTALL_PROBE) + f"__grader__.serve({self.path!r})\n"
+            code = SESSION.format(path=self.path)
             self._serving = self.kc.execute(code, silent=True, store_history=False)
-            self.installed = True
-            self._count(code, "")
             self._line = self._accept(listener, deadline)
+        source = b"" if self.installed else PROBE_SOURCE.encode("utf-8")
+        try:
+            self._line.sendall(probe.FRAME.pack(len(source)) + source)
+        except OSError:
+            self._broken()
+        self.installed = True
+        self._count(code + source.decode("utf-8"), "")
 
     def _accept(self, listener, deadline):
         """The kernel's connection; JudgeError if it answers the code without connecting

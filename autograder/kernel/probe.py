@@ -2,11 +2,11 @@
 
 The judge (:mod:`autograder.judge.verdict`, in the trusted worker, through its
 :class:`~autograder.judge.transport.KernelTransport`) sends this module's source into the
-sandboxed kernel once per judged cell, in the same ``execute_request`` that starts
-:func:`serve`: for the rest of the cell the kernel's main thread answers the judge's
-requests over a Unix socket in the kernel's private socket folder (one length-prefixed
-frame each way per request, no Jupyter message), and asks it to (each operation is a
-member of :class:`Op`)
+sandboxed kernel once per judged cell, as the first frame on a Unix socket in the
+kernel's private socket folder (see :mod:`autograder.judge.transport`); then :func:`serve`
+answers the judge's requests on it in the kernel's main thread for the rest of the cell
+(one length-prefixed frame each way per request, no Jupyter message). The judge asks it
+to (each operation is a member of :class:`Op`)
 
 * ``lookup(name)``: is ``name`` defined in the notebook, is it callable, and if it is
   not, its value (a variable such as ``ANSWER_...``);
@@ -42,7 +42,6 @@ source), so there is one definition of the format.
 import base64
 import io
 import json
-import socket
 import struct
 import time
 from enum import StrEnum
@@ -363,15 +362,15 @@ def _read(line, size):
     return bytes(buf)
 
 
-def serve(path):
+def serve(line):
     """Answer the judge's requests for one judged cell, in the kernel's main thread.
 
-    Connects to the judge's socket at ``path`` and answers each frame (a length, then a
-    request for :func:`handle`) with a frame, until an empty frame or the judge hanging
-    up ends the cell. An interrupt (the judge's, after a call ran out of time) ends it too.
+    ``line`` is the socket connected to the judge (see
+    :data:`autograder.judge.transport.SESSION`); each frame (a length, then a request for
+    :func:`handle`) gets a frame back, until an empty frame or the judge hanging up ends
+    the cell. An interrupt (the judge's, after a call ran out of time) ends it too.
     """
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as line:
-        line.connect(path)
+    with line:
         while (header := _read(line, FRAME.size)) is not None:
             (size,) = FRAME.unpack(header)
             request = _read(line, size) if size else None

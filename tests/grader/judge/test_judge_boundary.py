@@ -8,8 +8,8 @@
   The requests the judge makes for a cell, and its verdicts, are checked against
   expectations written out here;
 * :class:`KernelTransport` against a scripted kernel (a thread on the far side of the real
-  Unix socket, running the real probe's ``serve`` or misbehaving): one session per judged
-  cell, the probe installed once per cell, the kernel idle again after a session, and a
+  Unix socket, running the session's real code or misbehaving): one session per judged
+  cell, the probe installed afresh in each, the kernel idle again after a session, and a
   kernel that refuses, dies, stays silent or breaks the line is a JudgeError that says so
   and is remembered as :class:`Lost`.
 """
@@ -25,7 +25,7 @@ import pytest
 from autograder.core.cells import judged_source, visible_source
 from autograder.judge import transport as transport_module
 from autograder.judge import verdict
-from autograder.judge.transport import INSTALL_PROBE, KernelTransport, Lost
+from autograder.judge.transport import PROBE_SOURCE, SESSION, KernelTransport, Lost
 from autograder.kernel import probe
 
 CELL = """\
@@ -125,9 +125,9 @@ def test_no_request_is_sent_after_the_cells_deadline():
 
 # -- the transport against a scripted kernel over a real socket ------------------------
 class ScriptedKernel:
-    """A kernel client and manager whose kernel is a thread: each ``execute`` of code that
-    calls ``serve`` runs ``behaviour(path, code)`` (it connects to the judge's socket, or not);
-    its execute_reply (``status``, or none when ``behaviour`` returns None) follows."""
+    """A kernel client and manager whose kernel is a thread: each ``execute`` of a session's
+    code runs ``behaviour(code)`` (it connects to the judge's socket, or not); its
+    execute_reply (``status``, or none when ``behaviour`` returns None) follows."""
 
     def __init__(self, folder, behaviour, alive=True):
         self.connection_file = str(folder / "connection.json")
@@ -139,7 +139,7 @@ class ScriptedKernel:
         self.executed.append(code)
 
         def run():
-            status = self.behaviour(code) if "__grader__.serve(" in code else "ok"
+            status = self.behaviour(code) if "__grader_session(" in code else "ok"
             if status is not None:
                 self.replies.append({"parent_header": {"msg_id": "stale"}, "content": {}})
                 self.replies.append({"parent_header": {"msg_id": msg_id},
@@ -160,58 +160,70 @@ class ScriptedKernel:
         return self.alive
 
 
-def serving(namespace, path_of):
-    """A behaviour: the real probe's ``serve`` over ``namespace``, as the judge installs it."""
-    line = ProbeInProcess(namespace).probe
+def serving(namespace):
+    """A behaviour: the session's code itself, run as IPython would run it over ``namespace``
+    (it takes the probe's source from the line, installs it and serves)."""
+    shell = types.SimpleNamespace(user_ns=namespace)
+    namespace["get_ipython"] = lambda: shell  # the notebook's globals are its user namespace
 
     def behaviour(code):
-        line.serve(path_of(code))
+        exec(code, namespace)
         return "ok"
 
     return behaviour
 
 
 def socket_path(code):
-    return code.rsplit("__grader__.serve(", 1)[1].split(")")[0].strip("'")
+    return code.rsplit("__grader_session(", 1)[1].split(")")[0].strip("'")
+
+
+def read_frame(line):
+    size = probe.FRAME.unpack(line.recv(probe.FRAME.size, socket.MSG_WAITALL))[0]
+    return line.recv(size, socket.MSG_WAITALL)
 
 
 def connected(then):
-    """A behaviour that connects, reads one request, then does ``then(line)``."""
+    """A behaviour that connects, takes the probe's source and one request, then does
+    ``then(line)``."""
     def behaviour(code):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as line:
             line.connect(socket_path(code))
-            size = probe.FRAME.unpack(line.recv(probe.FRAME.size))[0]
-            line.recv(size)
+            assert read_frame(line).decode() == PROBE_SOURCE  # a fresh transport: a first session
+            read_frame(line)
             return then(line)
 
     return behaviour
 
 
-def test_one_session_per_cell_installs_the_probe_once_and_ends_with_the_kernel_idle(tmp_path):
-    kernel = ScriptedKernel(tmp_path, None)
-    kernel.behaviour = serving({"f": abs, "X": [1, 2]}, socket_path)
+def test_one_session_per_cell_installs_the_probe_afresh_and_ends_with_the_kernel_idle(tmp_path):
+    namespace = {"f": abs, "X": [1, 2]}
+    kernel = ScriptedKernel(tmp_path, serving(namespace))
     wire = KernelTransport(kernel, kernel, cell_timeout=30)
     assert wire.path == str(tmp_path / "judge")
     assert wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5) == {"found": True, "callable": True}
     assert wire.request({"op": probe.Op.LOOKUP, "name": "X"}, 5) == {
         "found": True, "callable": False, "value": [1, 2]}
     assert wire.request({"op": probe.Op.CALL, "name": "f", "args": [-3], "kwargs": {}}, 5)["value"] == 3
-    assert len(kernel.executed) == 1 and kernel.executed[0].startswith(INSTALL_PROBE)
+    assert kernel.executed == [SESSION.format(path=wire.path)]  # small: the source is on the line
+    assert len(kernel.executed[0]) < 1000 < len(PROBE_SOURCE)
+    first = namespace["__grader__"]
     wire.end_session()  # the empty frame ends serve; its reply is awaited
     assert wire.lost is None and kernel.replies == []
-    assert wire.round_trips == 4 and wire.bytes > len(INSTALL_PROBE)
+    assert wire.round_trips == 4 and wire.bytes > len(PROBE_SOURCE)
+    assert set(namespace) - {"__builtins__", "get_ipython"} == {"f", "X", "__grader__"}  # no helper left
+    wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)  # same cell, a second session
+    wire.end_session()
+    assert len(kernel.executed) == 2 and namespace["__grader__"] is first  # kept
     wire.new_cell()
-    wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)
+    namespace["__grader__"].handle = None  # a student's tampering: the next cell undoes it
+    assert wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)["found"]
     wire.end_session()
-    assert len(kernel.executed) == 2 and kernel.executed[1].startswith(INSTALL_PROBE)
-    wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)  # same cell, new session: no install
-    wire.end_session()
-    assert kernel.executed[2] == f"__grader__.serve({wire.path!r})\n" and wire.lost is None
+    assert len(kernel.executed) == 3 and namespace["__grader__"] is not first
+    assert wire.lost is None
 
 
 def test_code_sent_while_a_session_is_open_ends_it_first(tmp_path):
-    kernel = ScriptedKernel(tmp_path, None)
-    kernel.behaviour = serving({"f": abs}, socket_path)
+    kernel = ScriptedKernel(tmp_path, serving({"f": abs}))
     wire = KernelTransport(kernel, kernel, cell_timeout=30)
     wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)
     assert wire.run_silently("x = 1", 5)["content"]["status"] == "ok"
