@@ -236,7 +236,6 @@ class LimitedExecute(Execute):
             self._channel.deadline = monotonic() + max(left, 0.0)
             self._channel.flags.clear()
             transport = self._transport
-            transport.new_cell()
             failure = self._judge(cell)
             if isinstance(failure, judge.HostError):  # e.g. memory cannot be measured here
                 raise GradingHostFault(str(failure))
@@ -260,8 +259,10 @@ class LimitedExecute(Execute):
 
     def _judge(self, cell):
         """The judge's verdict on ``cell`` (None: passed), asking the kernel that runs now
-        (:meth:`_start` makes a transport for each kernel); the kernel is idle again after it."""
+        (:meth:`_start` makes a transport for each kernel): a new cell for the transport,
+        and the kernel is idle again after it."""
         self._channel.transport = self._transport
+        self._transport.new_cell()
         try:
             return judge.judge_cell(cell, self._namespace)
         finally:

@@ -8,10 +8,13 @@ the kernel's private folder (the folder of its connection file, which only this 
 sandbox mounts) and sends one ``execute_request`` (:data:`SESSION`); the kernel connects,
 takes the probe's source as the first frame, installs it afresh (once per judged cell: a
 second session of the same cell, around a measured call's solution cells, keeps it) and
-calls :func:`~autograder.kernel.probe.serve`. From then on each request is one length-prefixed
-frame each way: no Jupyter message, no signature, no run of an IPython cell. :meth:`KernelTransport.end_session` (after the cell's verdict, and
-before any other code is sent to the kernel) sends the empty frame that ends ``serve`` and
-waits for that ``execute_request``'s reply, so the kernel is idle again.
+calls :func:`~autograder.kernel.probe.serve`. From then on each request is one
+length-prefixed frame each way: no Jupyter message, no signature, no run of an IPython
+cell. :meth:`KernelTransport.end_session` (after the cell's verdict, and before any other
+code is sent to the kernel) sends the empty frame that ends ``serve`` and waits for that
+``execute_request``'s reply, so the kernel is idle again. Once a request of a cell got no
+reply, the line is out of step (a late reply would answer the next request): every further
+request of that cell fails at once, without a word to the kernel.
 
 Every wait is bounded by the time the request is given, and checks every
 :data:`POLL_SECONDS` that the kernel is alive. A reply is at most
@@ -109,6 +112,8 @@ class KernelTransport:
         :class:`~autograder.kernel.probe.Op`); JudgeError when the kernel does not answer in
         ``timeout`` seconds, :class:`~autograder.kernel.probe.ProbeError` when its answer is
         not an encoded value."""
+        if self.lost is not None:
+            raise JudgeError(f"your notebook's kernel was lost earlier in this test ({self.lost})")
         deadline, self._given = monotonic() + timeout, timeout
         if self._line is None:
             self._open(deadline)

@@ -253,8 +253,11 @@ def test_a_silent_kernel_is_lost_as_timeout_and_the_message_names_both_limits(tm
     with pytest.raises(verdict.JudgeError, match=r"in the 1 s this test had left .* \(30 s per cell\)"):
         wire.request({"op": probe.Op.CALL, "name": "f", "args": [], "kwargs": {}}, 0.6)
     assert wire.lost is Lost.TIMEOUT
+    sent = len(kernel.executed)
+    with pytest.raises(verdict.JudgeError, match=r"lost earlier in this test \(timeout\)"):
+        wire.request({"op": probe.Op.LOOKUP, "name": "f"}, 5)  # a late reply must not answer it
     wire.end_session()  # a lost line is closed, no empty frame and no wait
-    assert wire.lost is Lost.TIMEOUT
+    assert wire.lost is Lost.TIMEOUT and len(kernel.executed) == sent
 
 
 @pytest.mark.parametrize("then", [
