@@ -31,7 +31,7 @@ from ..core.policy import CourseSettings, apply_late_policy
 from ..core.results import LimitEvent, Status, StudentResult
 from ..core.untrusted import printable
 from .audit import audit, restore_deleted
-from .feedback import CSP_META, polish
+from .feedback import CSP_META, FeedbackExporter, polish
 from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
 
 
@@ -241,7 +241,7 @@ class _Shared:
 
 
 def generate_feedback(config):
-    """nbgrader's GenerateFeedback, reusing one HTML exporter per process.
+    """nbgrader's GenerateFeedback through a :class:`FeedbackExporter`, one per process.
 
     A new exporter compiles its Jinja templates again (about a second of CPU);
     the exporter holds no per-student state, so the worker keeps the first one.
@@ -254,7 +254,7 @@ def generate_feedback(config):
     converter.init_notebooks()
     converter.writer = FilesWriter(parent=converter, config=converter.config)
     if _Shared.feedback_exporter is None:
-        exporter = converter.exporter_class(parent=converter, config=converter.config)
+        exporter = FeedbackExporter(parent=converter, config=converter.config)
         for preprocessor in converter.preprocessors:
             exporter.register_preprocessor(preprocessor)
         _Shared.feedback_exporter = exporter

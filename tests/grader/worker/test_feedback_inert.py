@@ -2,7 +2,8 @@
 
 The notebooks of :mod:`tests.grader.hostile_pages` (every payload family, with the outputs
 their code makes baked in) are rendered with the course's nbgrader configuration through
-nbgrader's ``feedback`` and ``formgrade`` templates and nbconvert's ``classic`` and ``lab``;
+nbgrader's ``feedback`` and ``formgrade`` templates and nbconvert's ``classic`` and ``lab``
+(``feedback`` also through the worker's :class:`FeedbackExporter`);
 an HTML parser then lists whatever could run or load. The same renders without the course's
 sanitizing settings are the control: there, the payloads are live. The real browser, a real
 grading run and a live formgrader are in ``tests/grader/test_formgrader_browser.py``.
@@ -19,13 +20,15 @@ from pathlib import Path
 import nbformat
 import nbgrader
 import pytest
+from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter
 from traitlets.config import Config
 
 from autograder.core.nbgrader_config import course_config
 from autograder.core.sanitize import clean_html, markdown2html
 from autograder.host.release import generate
-from autograder.worker.feedback import CONTENT_SECURITY_POLICY, MATHJAX_CONFIG, polish
+from autograder.worker.feedback import (CONTENT_SECURITY_POLICY, MATHJAX_CONFIG, NO_DESCRIPTION,
+                                        FeedbackExporter, polish)
 from autograder.worker.pipeline import explanation_page
 from autograder.core.results import Status, StudentResult
 from tests.grader import hostile_pages as hostile
@@ -48,23 +51,29 @@ def notebooks(tmp_path_factory):
     outputs = hostile.hostile_outputs(source, release, HIT)
     outputs.cells[-1].outputs = hostile.baked_outputs(HIT)
     honest = hostile.honest(source, release)
+    plain = copy.deepcopy(honest)
     honest.cells[-1].outputs = [nbformat.v4.new_output(
         "display_data", data={"image/png": base64.b64encode(hostile.png()).decode(), "text/plain": "<Image>"})]
-    return root, {"honest": honest,
+    return root, {"honest": honest, "plain": plain,
                   "markdown": hostile.hostile_markdown(source, release, HIT),
                   "outputs": outputs, "cells": hostile.hostile_cells(source, release, HIT)}
 
 
 @functools.lru_cache(maxsize=None)
 def exporter(root, template, sanitized):
-    """One exporter per template and setting (compiling the templates costs a second each)."""
+    """One exporter per template and setting (compiling the templates costs a second each).
+
+    ``worker-feedback``: the ``feedback`` template through the worker's ``FeedbackExporter``.
+    """
     c = course_config(root) if sanitized else Config()
+    cls = FeedbackExporter if template == "worker-feedback" else HTMLExporter
+    template = "feedback" if template == "worker-feedback" else template
     c.HTMLExporter.template_name = template
     if template in ("feedback", "formgrade"):  # as nbgrader's GenerateFeedback and formgrader set them
         c.HTMLExporter.extra_template_basedirs = [str(NBGRADER_TEMPLATES)]
         c.HTMLExporter.extra_template_paths = [str(NBGRADER_TEMPLATES.parent / "static" / "node_modules"
                                                    / "bootstrap" / "dist" / "css")]
-    return HTMLExporter(config=c)
+    return cls(config=c)
 
 
 def render(root, nb, template, sanitized=True):
@@ -84,7 +93,7 @@ def findings(page):
                                                  "https://cdnjs.cloudflare.com/ajax/libs/jquery/"))
 
 
-TEMPLATES = ["feedback", "formgrade", "classic", "lab"]
+TEMPLATES = ["feedback", "worker-feedback", "formgrade", "classic", "lab"]
 
 
 @pytest.mark.parametrize("template", TEMPLATES)
@@ -95,6 +104,24 @@ def test_hostile_notebook_renders_inert(notebooks, template, who):
     page = render(root, nbs[who], template)
     assert set(findings(page)) <= baseline, sorted(set(findings(page)) - baseline)
     assert not re.search(r"<script[^>]*>[^<]*pwned", page), "a payload script survived"
+
+
+@pytest.mark.parametrize("who", ["plain", "honest", "markdown", "outputs", "cells"])
+def test_the_worker_exporter_makes_nbconverts_page(notebooks, who):
+    """``FeedbackExporter`` skips ``HTMLExporter``'s BeautifulSoup pass only where it changes nothing.
+
+    A page with an image gets the pass (the same bytes as ``HTMLExporter``'s); a page without
+    one is ``HTMLExporter``'s page before its re-serialization.
+    """
+    root, nbs = notebooks
+    ours, stock = render(root, nbs[who], "worker-feedback"), render(root, nbs[who], "feedback")
+    if who == "plain":
+        assert "<img" not in ours and ours != stock
+        assert str(BeautifulSoup(ours, features="html.parser")) == stock
+    else:
+        assert "<img" in ours and ours == stock
+    if who == "honest":
+        assert f'alt="{NO_DESCRIPTION}"' in ours  # the plot the student's code drew
 
 
 @pytest.mark.parametrize("template", ["feedback", "formgrade"])
