@@ -57,9 +57,13 @@ $(WHEELHOUSE_STAMP): requirements-learner.txt $(STAMP)
 book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
-# The 25 slowest tests are listed at the end: where a faster suite starts.
+# One pytest-xdist worker per core, a test file per worker at a time (--dist loadfile: a
+# module's graded class is made once); then, alone, the `serial` tests, which compare the
+# machine's kernel cgroups and scratch folders before and after a run of their own and would
+# see other tests' runs there. The slowest tests of each pass are listed at its end.
 test: book $(TRITON_STAMP) $(NPM_STAMP) $(WHEELHOUSE_STAMP)
-	$(BIN)/python -m pytest --durations=25
+	$(BIN)/python -m pytest -n auto --dist loadfile -m "not serial" --durations=25
+	$(BIN)/python -m pytest -m serial --durations=5
 
 # No book build, no browser, no end-to-end grading (the `slow` marker), one pytest-xdist
 # worker per core: under a minute on 2 cores.

@@ -1,7 +1,8 @@
 """What a grading run may leave on the machine: kernel cgroups and the grader's folders.
 
 Not a test module. Other runs on the same machine leave theirs too, so tests compare
-:func:`scratch_folders` before and after a run.
+:func:`scratch_folders` before and after a run, and are marked ``serial``: ``make test`` runs
+them alone, after the tests it runs in parallel, whose runs would show up here meanwhile.
 """
 
 from pathlib import Path

@@ -115,7 +115,7 @@ def feedback(root):
     """Feedback pages by path. Prompt numbers (``In [5]:``) are blanked: a kernel that dies
     mid-cell (``os._exit``) may or may not have sent that cell's execution count first, in any
     run, local or not."""
-    return {p.relative_to(root): re.sub(rb'(input_prompt">In(?: |\xc2\xa0)\[)[^\]<]*(\]:)', rb"\1\2", p.read_bytes())
+    return {p.relative_to(root): re.sub(rb'(input_prompt">In(?: |&nbsp;|\xc2\xa0)\[)[^\]<]*(\]:)', rb"\1\2", p.read_bytes())
             for p in sorted((root / "feedback").rglob("*.html")) if "mathjax" not in p.parts}
 
 

@@ -275,6 +275,7 @@ def leftovers(root, before=frozenset()):
     return sorted(found | (scratch_folders() - before))
 
 
+@pytest.mark.serial  # its leftovers are the machine's: no other test may grade meanwhile
 def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path):
     release, source = make_course(tmp_path / "a")
     make_course(tmp_path / "b")

@@ -43,7 +43,9 @@ FIXTURE = REPO / "tests" / "fixtures" / "course"
 MISSING = unavailable_reason()
 MARK = "attack-marker-7f3a"  # in the command line of every process an attack starts
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
+# serial: its last test compares the machine's kernel cgroups and scratch folders with those
+# before the class was graded, so no other test may grade meanwhile (`make test` runs it alone)
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
 WRONG = "def add(a, b):\n    return 0\n"
 
