@@ -23,7 +23,7 @@ from time import monotonic
 
 import nbformat
 
-from ..core.gradebook import forget_submission, read_scores
+from ..core.gradebook import forget_submission, keep_engines_in_nbgrader, make_scratch, read_scores
 from ..core.limits import Limits
 from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
                                     course_config)
@@ -76,11 +76,17 @@ def preflight(settings, db_url, scratch):
     no student code, so that is the sandbox's or Python's word). Bounded:
     :data:`autograder.judge.execute.KERNEL_START_TRIES` tries of at most
     :data:`PREFLIGHT_STARTUP` seconds each. Then it launches the process's spare kernel,
-    which the first notebook takes.
+    which the first notebook takes. Before all that it readies the process's nbgrader: one
+    schema validator per schema, one SQLAlchemy engine per gradebook
+    (:func:`autograder.core.gradebook.keep_engines_in_nbgrader`), and a scratch gradebook at
+    ``db_url`` whose commits do not wait for the disk
+    (:func:`autograder.core.gradebook.make_scratch`).
     """
     from ..judge.execute import KernelStartError, LimitedExecute, Spare
 
     validate_metadata_once_per_schema()
+    keep_engines_in_nbgrader()
+    make_scratch(db_url)
     said = Path(scratch).parent / "preflight.log"
     said.unlink(missing_ok=True)
     c = autograde_config(settings, db_url, INTERNAL_ID, scratch)

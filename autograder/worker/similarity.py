@@ -63,10 +63,15 @@ def shape(source):
 
 
 def shingles(tokens):
-    """{window: first line} of the token windows of ``tokens``."""
+    """{window: first line} of the token windows of ``tokens``.
+
+    A window is its tokens joined by NUL (no token of valid Python holds one): a string
+    keeps its hash, so matching a student's windows against every reference function
+    hashes each window once, not once per function.
+    """
     found = {}
     for i in range(len(tokens) - SHINGLE + 1):
-        window = tuple(t for t, _ in tokens[i:i + SHINGLE])
+        window = "\0".join(t for t, _ in tokens[i:i + SHINGLE])
         found.setdefault(window, tokens[i][1])
     return found
 
@@ -113,7 +118,7 @@ def resembles_reference(source):
         mine = shingles(shape(code))
         if len(mine) < MIN_SHINGLES:
             continue
-        share, best, theirs = max(((sum(w in theirs for w in mine) / len(mine), where, theirs)
+        share, best, theirs = max(((len(theirs.intersection(mine)) / len(mine), where, theirs)
                                    for where, theirs in reference_index()), default=(0.0, "", ()))
         if share >= REFERENCE_SHARE:
             lines = sorted({first - 1 + line for w, line in mine.items() if w in theirs})

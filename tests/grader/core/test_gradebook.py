@@ -4,7 +4,9 @@ A real SQLite gradebook with the toy assignment: a result recorded by
 ``gradebook.record`` reads back cell for cell with ``gradebook.read_scores``; a
 re-recorded result replaces the autograded scores without duplicating a row and
 keeps a manual score (marking the cell for review, as nbgrader does); a failed
-submission scores 0 in every cell; a URL that cannot be a gradebook is one line.
+submission scores 0 in every cell; a URL that cannot be a gradebook is one line; a
+worker's nbgrader opens one SQLite file on one kept engine, and a scratch gradebook's
+commits do not wait for the disk.
 """
 
 import shutil
@@ -198,3 +200,44 @@ def test_a_copied_assignment_is_the_registration_nbgrader_makes(db, tmp_path):
     assert registration(copy) == generated
     assert sum(1 for cell in generated["cells"] if cell[2] is not None) == 5  # the toy's graded cells
     assert any("HIDDEN TESTS" in source for _, _, _, source, _ in generated["sources"])
+
+
+def test_nbgraders_own_gradebooks_share_one_engine_per_sqlite_file(db, tmp_path):
+    """A worker's nbgrader opens a Gradebook for each step; after keep_engines_in_nbgrader
+    they are sessions on one engine (its compiled statements kept), nbgrader's course check
+    still runs, no connection stays open, and a new file still gets its tables."""
+    from nbgrader.api import Course, Gradebook
+
+    gradebook.keep_engines_in_nbgrader()
+    with Gradebook(db) as first:
+        engine = first.engine
+        first.find_assignment("toy")
+    compiled = len(engine._compiled_cache)
+    with Gradebook(db, course_id="other") as second:
+        assert second.engine is engine
+        assert second.course_id == "other"
+        assert "other" in {course.id for course in second.db.query(Course)}
+        second.find_assignment("toy")
+    assert len(engine._compiled_cache) == compiled + 1  # the Course query; find_assignment's was kept
+    assert engine.pool.checkedout() == 0
+    with Gradebook(gradebook.sqlite_url(tmp_path / "new.db")) as third:
+        assert third.engine is not engine
+        third.add_assignment("fresh")
+        assert third.find_assignment("fresh").name == "fresh"
+
+
+def test_a_scratch_gradebook_commits_without_waiting_for_the_disk(db):
+    from nbgrader.api import Gradebook
+
+    gradebook.keep_engines_in_nbgrader()
+    gradebook.make_scratch(db)
+    for opened in (gradebook.open_gradebook(db), Gradebook(db)):
+        with opened as gb:
+            connection = gb.db.connection()
+            assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 0
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "memory"
+    gradebook.record(db, "toy", result())
+    assert [nb.grades for nb in gradebook.read_scores(db, "toy", "ada")[1]] == \
+        [nb.grades for nb in result().notebooks]
+    with pytest.raises(ValueError, match="an SQLite file"):
+        gradebook.make_scratch("postgresql://grader@127.0.0.1/course")
