@@ -9,7 +9,8 @@
   for a URL that cannot be one (a missing folder, a file that is not a database, a
   PostgreSQL server that cannot be reached);
 * :func:`keep_engines_in_nbgrader` and :func:`make_scratch`: a worker's nbgrader opens its
-  scratch gradebook on one kept engine, whose commits do not wait for the disk;
+  scratch gradebook on one kept engine, whose commits do not wait for the disk
+  (:func:`drop_engine` forgets it when the gradebook goes);
 * :func:`writing` and :func:`advisory_lock`: with a PostgreSQL gradebook, runs on
   several hosts serialize the writes that may meet (students, the assignment, the late
   policy; a result's own rows need not wait), and a run holds its assignment, through
@@ -157,6 +158,18 @@ def _forget_engines():
 
 
 os.register_at_fork(after_in_child=_forget_engines)
+
+
+def drop_engine(db_url):
+    """Close and forget the engines this process keeps for the gradebook at ``db_url``.
+
+    For a gradebook that is about to be removed with its folder: a Dask worker lives through
+    many runs, each with a scratch gradebook of its own, and would otherwise keep each run's
+    engine (and its statement cache) for the rest of its life.
+    """
+    url = engine_url(db_url)
+    for key in [key for key in _ENGINES if key[0] == url]:
+        _ENGINES.pop(key).dispose()
 
 
 def _engine_key(db_url):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
-from ..core.gradebook import sqlite_url
+from ..core.gradebook import drop_engine, sqlite_url
 from ..core.nbgrader_config import prepare_nbgrader
 from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
@@ -104,6 +104,7 @@ class GradingPlugin(WorkerPlugin):
             finally:
                 _GRADING.release()
         kill_run_cgroups(self.settings.run_id)  # the spare too, if a task holds the lock
+        drop_engine(self.db_url())
         shutil.rmtree(self.settings.workdir, ignore_errors=True)
         shutil.rmtree(self.settings.socket_root, ignore_errors=True)
 

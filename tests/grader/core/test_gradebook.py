@@ -6,7 +6,7 @@ re-recorded result replaces the autograded scores without duplicating a row and
 keeps a manual score (marking the cell for review, as nbgrader does); a failed
 submission scores 0 in every cell; a URL that cannot be a gradebook is one line; a
 worker's nbgrader opens one SQLite file on one kept engine, and a scratch gradebook's
-commits do not wait for the disk.
+commits do not wait for the disk; a dropped gradebook leaves no engine behind.
 """
 
 import shutil
@@ -241,3 +241,19 @@ def test_a_scratch_gradebook_commits_without_waiting_for_the_disk(db):
         [nb.grades for nb in result().notebooks]
     with pytest.raises(ValueError, match="an SQLite file"):
         gradebook.make_scratch("postgresql://grader@127.0.0.1/course")
+
+
+def test_a_dropped_gradebook_leaves_no_engine_behind(db):
+    """What a Dask worker does when a run's scratch folder goes: its engine is closed and
+    forgotten, and a later open makes a new one."""
+    from nbgrader.api import Gradebook
+
+    gradebook.keep_engines_in_nbgrader()
+    with Gradebook(db) as first:
+        engine = first.engine
+    assert engine in gradebook._ENGINES.values()
+    gradebook.drop_engine(db)
+    assert engine not in gradebook._ENGINES.values()
+    with Gradebook(db) as second:
+        assert second.engine is not engine
+        assert second.find_assignment("toy").name == "toy"
