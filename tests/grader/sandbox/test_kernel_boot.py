@@ -32,19 +32,33 @@ def _answer():
 """
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    reason = unavailable_reason()
-    if reason:
+def need_sandbox():
+    if reason := unavailable_reason():
         pytest.skip(f"{reason}: the sandbox is needed (apt-get install bubblewrap)")
 
+
+async def started():
+    """A sandboxed kernel that has answered, and its client (channels started)."""
+    km = SandboxedKernelManager(kernel_name="python3")
+    await km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+    except BaseException:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+        raise
+    return km, kc
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    need_sandbox()
+
     async def session():
-        km = SandboxedKernelManager(kernel_name="python3")
-        await km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
+        km, kc = await started()
         try:
-            await kc.wait_for_ready(timeout=60)
             info = await kc.kernel_info(reply=True, timeout=30)
             reply = await kc.execute_interactive(PRELUDE, silent=True, store_history=False,
                                                  user_expressions=CHECKS, timeout=30)
@@ -87,18 +101,11 @@ def test_a_killed_kernel_is_seen_gone_within_a_few_milliseconds():
     so a busy machine cannot fail it; with the 0.1 s poll every try took at least 0.1 s."""
     import time
 
-    if reason := unavailable_reason():
-        pytest.skip(f"{reason}: the sandbox is needed (apt-get install bubblewrap)")
+    need_sandbox()
 
     async def stop_seconds():
-        km = SandboxedKernelManager(kernel_name="python3")
-        await km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
-        try:
-            await kc.wait_for_ready(timeout=60)
-        finally:
-            kc.stop_channels()
+        km, kc = await started()
+        kc.stop_channels()
         start = time.perf_counter()
         await km.shutdown_kernel(now=True)
         seconds = time.perf_counter() - start
