@@ -58,12 +58,11 @@ book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
 # One pytest-xdist worker per core, a test file per worker at a time (--dist loadfile: a
-# module's graded class is made once); then, alone, the `serial` tests, which compare the
-# machine's kernel cgroups and scratch folders before and after a run of their own and would
-# see other tests' runs there. The slowest tests of each pass are listed at its end.
+# module's graded class is made once). A test that looks for what a run left behind looks
+# for that run's own folders and cgroups, by its id (tests/leftovers.py), so every test can
+# run beside the others. The slowest tests are listed at the end.
 test: book $(TRITON_STAMP) $(NPM_STAMP) $(WHEELHOUSE_STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadfile -m "not serial" --durations=25
-	$(BIN)/python -m pytest -m serial --durations=5
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=25
 
 # No book build, no browser, no end-to-end grading (the `slow` marker), one pytest-xdist
 # worker per core: under a minute on 2 cores.

@@ -356,10 +356,10 @@ def profile_assignment(assignment, measured=3):
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         root = Path(tmp) / "course"
         make_class(root, assignment, REPO, measured + 1)
-        workdir, sockets = Path(tmp) / "work", make_socket_root()
+        run_id = f"p{os.getpid()}"
+        workdir, sockets = Path(tmp) / "work", make_socket_root(run_id)
         workdir.mkdir()
         class_db = sqlite_url(root / "gradebook.db")
-        run_id = f"p{os.getpid()}"
         os.environ[RUN_ENV] = run_id
         limits = Limits()
         os.environ.update(limits.environment())
@@ -385,7 +385,7 @@ def profile_assignment(assignment, measured=3):
                 if i == 1:
                     before = profile.snapshot()
                 result = grade_student(settings, f"student{i:03d}", workdir, db)
-                driver.keep(root, class_db, assignment, result)
+                driver.keep(root, class_db, assignment, result, run_id)
                 scores.append((result.score, result.status))
             after = profile.snapshot()
         finally:

@@ -392,7 +392,7 @@ def grade_class(job):
     workdir = Path(tempfile.mkdtemp(prefix="autograder-"))  # 0700: no kernel needs it
     sockets = None
     try:
-        sockets = make_socket_root()  # short, whatever TMPDIR's length
+        sockets = make_socket_root(run_id(workdir))  # short, whatever TMPDIR's length
         run = prepare(job, workdir, sockets)
         results, stopped = run_class(job, run)
     finally:
@@ -405,7 +405,10 @@ def grade_class(job):
 
 
 def run_id(workdir):
-    """The id of a run (names its kernels' cgroups): the random end of its scratch folder."""
+    """The id of a run: the random end of its scratch folder ``autograder-<run>``. It names
+    everything else the run makes outside the course (its workers' scratch folders
+    ``autograder-<run>-*``, its socket folder, its kernels' cgroups ``k<run>-*``) and is
+    written in each stamp, so whatever a run leaves behind says which run it was."""
     return workdir.name.rsplit("-", 1)[-1]
 
 
@@ -453,7 +456,7 @@ def run_class(job, run):
     def on_result(result):
         signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
         try:
-            keep(job.root, job.db_url, job.assignment, result)
+            keep(job.root, job.db_url, job.assignment, result, run.settings.run_id)
             results.append(result)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
@@ -512,8 +515,9 @@ def unwritable(error):
     return f"cannot write{where}: {error.strerror or error}"
 
 
-def keep(root, db_url, assignment, result):
-    """Record ``result``: gradebook first, then its files, then the stamp that marks it done.
+def keep(root, db_url, assignment, result, run):
+    """Record ``result``: gradebook first, then its files, then the stamp that marks it done
+    (the digest graded, the status, the seconds it took and ``run``, the id of the run).
 
     A result of status ``error`` (its grading failed: the host's fault or the grader's)
     changes neither the gradebook nor the files: the earlier grade and its pages stay, and
@@ -533,4 +537,4 @@ def keep(root, db_url, assignment, result):
     if result.digest and result.status != Status.ERROR:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(json.dumps({"digest": result.digest, "status": result.status,
-                                     "seconds": round(result.seconds, 3)}))
+                                     "seconds": round(result.seconds, 3), "run": run}))

@@ -45,15 +45,17 @@ class SocketPathError(OSError):
     """A kernel's socket path would not fit in a Unix socket address."""
 
 
-def make_socket_root():
-    """A fresh folder under :data:`SOCKET_BASE` for one run's kernel socket folders.
+def make_socket_root(run):
+    """A fresh folder ``autograder-<run>-sockets-*`` under :data:`SOCKET_BASE` for the kernel
+    socket folders of grading run ``run`` (named after it, like the run's scratch folders and
+    cgroups, so whatever a run leaves behind says which run it was).
 
     ``mkdtemp`` creates it atomically with a random name (no one can have made it in
     advance, or swap it: ``/tmp`` is sticky), owned by this user; 0711 lets the kernels
     (user ``nobody``) reach their own folders in it, and list nothing. The caller removes
     it with everything in it when the run ends, the folders of killed workers included.
     """
-    path = tempfile.mkdtemp(prefix="autograder-sockets-", dir=SOCKET_BASE)
+    path = tempfile.mkdtemp(prefix=f"autograder-{run}-sockets-", dir=SOCKET_BASE)
     os.chmod(path, 0o711)
     return path
 

@@ -72,7 +72,8 @@ class GradingPlugin(WorkerPlugin):
         shutil.copy(template, workdir / "grader" / "gradebook.db")
         self.settings = replace(self.payload.settings, root=str(workdir / "course"),
                                 release_dir=str(release), template_db=str(template),
-                                workdir=str(workdir), socket_root=make_socket_root())
+                                workdir=str(workdir),
+                                socket_root=make_socket_root(self.payload.settings.run_id))
         prepare_nbgrader()
         import nbgrader.converters  # noqa: F401
 

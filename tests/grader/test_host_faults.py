@@ -136,10 +136,11 @@ def test_socket_paths_fit_whatever_tmpdir_and_course_path(course):
     assert {r["status"] for r in rows(course["root"]).values()} == {"ok"}
 
 
-def test_a_socket_root_is_short_private_and_checked(tmp_path):
-    root = make_socket_root()
+def test_a_socket_root_is_short_private_named_after_its_run_and_checked(tmp_path):
+    root = make_socket_root("abcd_123")
     try:
-        assert len(root) < 40 and Path(root).parent == Path("/tmp")
+        assert len(root) < 50 and Path(root).parent == Path("/tmp")
+        assert Path(root).name.startswith("autograder-abcd_123-sockets-")
         assert Path(root).stat().st_mode & 0o777 == 0o711 and Path(root).stat().st_uid == os.geteuid()
         check_socket_path(f"{root}/kernel-abcdefgh/k")
     finally:

@@ -25,7 +25,7 @@ import nbformat
 import pytest
 
 from autograder.sandbox.launcher import unavailable_reason
-from leftovers import scratch_folders
+from leftovers import run_ids, scratch_folders
 from notebooks import solved
 
 REPO = Path(__file__).resolve().parents[3]
@@ -262,8 +262,8 @@ def test_a_second_run_is_refused_while_one_holds_the_course(term):
     assert "another grading run holds this course: grade 01-rope, pid 4242" in proc.stderr
 
 
-def leftovers(root, before=frozenset()):
-    """Processes of the run, and kernel cgroups and scratch folders that were not there ``before``."""
+def leftovers(root):
+    """Processes of the course's runs, and the cgroups and scratch folders of the runs stamped there."""
     found = set()
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
@@ -272,10 +272,9 @@ def leftovers(root, before=frozenset()):
             continue
         if str(root) in cmdline:
             found.add(cmdline.replace("\0", " ")[:120])
-    return sorted(found | (scratch_folders() - before))
+    return sorted(found | scratch_folders(run_ids(root, AID)))
 
 
-@pytest.mark.serial  # its leftovers are the machine's: no other test may grade meanwhile
 def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path):
     release, source = make_course(tmp_path / "a")
     make_course(tmp_path / "b")
@@ -290,7 +289,6 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     cli(uninterrupted, "grade", AID, "--jobs", "2", "--no-progress")
 
     root = tmp_path / "a"
-    before = scratch_folders()
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", AID, "--root", str(root),
                              "--jobs", "2", "--no-progress"], cwd=root, env=env,
@@ -298,13 +296,14 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     deadline = time.monotonic() + 300
     while not list(root.glob(f"autograded/*/{AID}/.autograder.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
+    assert scratch_folders(run_ids(root, AID))  # mid-class: the run's folders are found by its id
     proc.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
     _, err = proc.communicate(timeout=60)
     assert time.monotonic() - stopped < 10
     assert proc.returncode == 1 and "stopped by SIGTERM" in err, err
     time.sleep(1)
-    assert leftovers(root, before) == []
+    assert leftovers(root) == []
     recorded = scores(root / "gradebook.db")
     stamped = {p.parent.parent.name for p in root.glob(f"autograded/*/{AID}/.autograder.json")}
     assert 0 < len(stamped) < 6 and stamped <= set(recorded)
@@ -317,7 +316,7 @@ def test_sigterm_mid_class_then_grade_again_equals_an_uninterrupted_run(tmp_path
     assert f"Unchanged since last graded (skipped; --force re-grades them): {len(stamped)}" in again
     assert scores(root / "gradebook.db") == scores(uninterrupted / "gradebook.db")
     assert json.loads((root / "autograded" / "s1" / AID / ".autograder.json").read_text())["status"] == "ok"
-    assert leftovers(root, before) == []
+    assert leftovers(root) == []
 
 
 def test_nbgrader_db_commands_work_without_the_venv_on_path(tmp_path):
