@@ -45,8 +45,8 @@ $(NPM_STAMP): package.json package-lock.json
 	  echo "npm not found: the accessibility checks will skip (apt-get install nodejs npm)"; \
 	fi
 # The learner's packages (requirements-learner.txt, a complete list: --no-deps) as wheels, for
-# tests/book/test_learner_env.py, which installs a fresh venv from them and the site's downloads with
-# `pip install --no-index`: downloaded once here, again only when the file changes, never by a
+# tests/book/test_learner_env.py, which makes a venv from them and the site's downloads with
+# `pip install --no-index` (once per set of downloads, kept in .venv/learner-envs): downloaded once here, again only when the file changes, never by a
 # test. The torch pin takes whichever build the index serves: put the CPU-only wheel within
 # pip's reach (e.g. PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu) to skip CUDA's GBs.
 $(WHEELHOUSE_STAMP): requirements-learner.txt $(STAMP)

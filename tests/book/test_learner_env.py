@@ -2,10 +2,12 @@
 
 * One source for the grader's versions: ``requirements-learner.txt``, the student notebooks'
   first and set-up cells and the pages agree with the lock files (``scripts.environment``).
-* ``slow``: a fresh virtual environment made from the site's own downloads alone (the wheel
+* ``slow``: a virtual environment made from the site's own downloads alone (the wheel
   and ``requirements-learner.txt`` that ``run-yourself.html`` links), installed with
   ``pip install --no-index`` from the wheelhouse ``make test`` fills once
-  (``.venv/wheelhouse``): nothing is downloaded here. In that environment's kernel, nbval
+  (``.venv/wheelhouse``): nothing is downloaded here. It is made once for each set of
+  downloads and kept (``.venv/learner-envs/<their SHA-256>``): while the downloads, the
+  wheelhouse and Python stay the same, the next run reuses it. In that environment's kernel, nbval
   (run under pytest, from the course's venv) executes every chapter notebook the site offers
   (no cell may fail), every student notebook with the solutions pasted in (no cell may
   fail) and every student notebook as released (only its ``NotImplementedError`` stubs fail).
@@ -17,6 +19,8 @@ Exercise 7 needs Triton, which ``requirements-learner.txt`` leaves out (about 1 
 it is not run here (``tests/grader/assignments/test_assignment_07.py`` runs it).
 """
 
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -40,6 +44,7 @@ from tests.servers import free_port, http_server
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 WHEELHOUSE = ROOT / ".venv" / "wheelhouse"
+LEARNER_ENVS = ROOT / ".venv" / "learner-envs"  # one learner venv per set of downloads
 CHROMIUM = Path("/usr/bin/chromium")
 ASSIGNMENTS = [a.id for a in REGISTRY if not a.needs]  # what the learner's packages run
 # Kernels of this test run one thread each, as in the book build (two notebooks at a time).
@@ -164,7 +169,7 @@ def test_no_launch_button_by_default():
                                "[href*='mybinder'], [href*='colab.research']"), page.name
 
 
-# -- a fresh learner environment (slow) -----------------------------------------------------
+# -- the learner environment (slow) ---------------------------------------------------------
 def clean_env(**extra):
     """This process's environment without what would leak the course's tree or pip settings."""
     env = {key: value for key, value in os.environ.items()
@@ -175,9 +180,53 @@ def clean_env(**extra):
     return env
 
 
+def made_from(downloaded):
+    """SHA-256 of everything a learner venv is made from: the downloads, the wheelhouse's
+    list and the Python that makes it."""
+    digest = hashlib.sha256(sys.version.encode())
+    for path in sorted(downloaded.iterdir()) + [WHEELHOUSE / ".requirements-learner.txt"]:
+        digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def learner_venv(downloaded):
+    """The learner venv made from ``downloaded`` with ``pip install --no-index`` from the
+    wheelhouse: made the first time (the older ones removed), then kept and reused.
+
+    A venv cannot move (its scripts name their own path), so it is made where it stays; it
+    counts as made once its marker file is written, and a half-made one is made again."""
+    key = made_from(downloaded)
+    venv = LEARNER_ENVS / key[:16]
+    marker = venv / ".made-from"
+    LEARNER_ENVS.mkdir(parents=True, exist_ok=True)
+    with open(LEARNER_ENVS / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another pytest run making it: wait for it
+        if marker.is_file() and marker.read_text() == key:
+            print(f"\nlearner venv: reused {venv.name} (made from the same downloads)")
+            return venv / "bin" / "python"
+        for old in LEARNER_ENVS.iterdir():
+            if old.is_dir():
+                shutil.rmtree(old)
+        start = time.perf_counter()
+        # No byte-compiling of every installed module (torch alone has thousands): Python
+        # compiles what a kernel imports when it imports it. Minutes saved on two cores.
+        quick = clean_env(PIP_NO_COMPILE="1")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=quick)
+        python = venv / "bin" / "python"
+        made = time.perf_counter()
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index",
+                        "--find-links", str(WHEELHOUSE), "-r", "requirements-learner.txt",
+                        environment.wheel_name()], check=True, cwd=downloaded, env=quick)
+        marker.write_text(key)
+        print(f"\nlearner venv: created in {made - start:.1f} s, "
+              f"installed in {time.perf_counter() - made:.1f} s")
+        return python
+
+
 @pytest.fixture(scope="module")
 def learner(tmp_path_factory):
-    """``(folder, python)`` of a venv made from the site's downloads and the wheelhouse only."""
+    """``(folder, python)``: a fresh folder holding the site's downloads, and the Python of the
+    venv made from them and the wheelhouse only (:func:`learner_venv`)."""
     if not (WHEELHOUSE / ".requirements-learner.txt").is_file():
         pytest.skip("no wheelhouse: `make test` downloads it once into .venv/wheelhouse")
     if (WHEELHOUSE / ".requirements-learner.txt").read_text() != (
@@ -189,20 +238,7 @@ def learner(tmp_path_factory):
     downloaded.mkdir()
     for name in ("requirements-learner.txt", environment.wheel_name()):
         shutil.copy(downloads[name], downloaded / name)
-    venv = folder / "attention-env"
-    start = time.perf_counter()
-    # No byte-compiling of every installed module (torch alone has thousands): Python
-    # compiles what a kernel imports when it imports it. Minutes saved on two cores.
-    quick = clean_env(PIP_NO_COMPILE="1")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=quick)
-    python = venv / "bin" / "python"
-    made = time.perf_counter()
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index",
-                    "--find-links", str(WHEELHOUSE), "-r", "requirements-learner.txt",
-                    environment.wheel_name()], check=True, cwd=downloaded, env=quick)
-    print(f"\nlearner venv: created in {made - start:.1f} s, "
-          f"installed in {time.perf_counter() - made:.1f} s")
-    return folder, python
+    return folder, learner_venv(downloaded)
 
 
 @pytest.mark.slow
@@ -222,7 +258,7 @@ def test_learner_env_holds_exactly_the_pinned_packages_and_the_wheel(learner):
                             "print(transformer_ref.__file__); print(torch.__version__)"],
                            capture_output=True, text=True, check=True, cwd=folder,
                            env=clean_env()).stdout.split()
-    assert Path(where[0]).is_relative_to(folder / "attention-env"), where  # the wheel, not lib/
+    assert Path(where[0]).is_relative_to(python.parent.parent), where  # the wheel, not lib/
     assert where[1].startswith(pins["torch"]) and "cpu" in where[1], where
 
 
