@@ -511,13 +511,13 @@ def test_student_notebook_in_jupyterlab_then_nbgrader_validate(jupyterlab):
             def saved():
                 return "base ** (-2.0 * i / head_dim)" in notebook.read_text()
 
-            for _ in range(3):   # on a loaded machine a click can be lost: click again
-                menu("File", "Save Notebook")
-                deadline = time.monotonic() + 40
-                while not saved() and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                if saved():
-                    break
+            # Wait with Playwright, not time.sleep: every request of the page, the save's
+            # PUT included, goes through ``guard``, which runs only while Playwright has the
+            # thread (a time.sleep held the save back until the next click, 40 s later).
+            menu("File", "Save Notebook")
+            deadline = time.monotonic() + 60
+            while not saved() and time.monotonic() < deadline:
+                page.wait_for_timeout(200)
             assert saved(), "JupyterLab did not save the notebook"
         finally:
             browser.close()
