@@ -214,7 +214,8 @@ def grading_cluster_env():
     * ``allowed-failures 1``: a submission whose grading kills two workers is failed
       (``KilledWorker``) and recorded as an error, instead of being retried on a third;
     * ``worker-saturation 1.0``: a worker holds only the task it runs (the scheduler queues
-      the rest), so a worker that dies is blamed for one submission, not for a queued one;
+      the rest: the grader marks its tasks for that queue, ``cluster.grading_task``), so a
+      worker that dies is blamed for one submission, not for a queued one;
     * memory management off: a worker's memory is the grader's, whose kernels are capped
       by their own cgroups, so Dask must not pause or restart a worker for it;
     * the workers' statistical profiler off: it samples every thread's stack every 10 ms,

@@ -40,6 +40,24 @@ RUN_TIMEOUT = 60      # seconds every worker has to answer a function run on it 
 IN_FLIGHT_PER_THREAD = 1
 
 
+def grading_task(key, *args):
+    """The graph of one submission's task: ``{key: grade_task(*args)}``, marked a *data
+    producer*, which makes the scheduler queue it (``worker-saturation 1.0``) until a worker
+    has a free thread.
+
+    A task not so marked goes straight to a worker, busy or not: when a worker dies, the
+    task it ran is sent at once to a worker that is still grading (its replacement has
+    not started yet), waits there behind that worker's submission, and is blamed when that
+    worker dies too. Queued on the scheduler it waits for a free thread instead, so a
+    worker holds only what it runs, also while its nanny replaces a killed one.
+    ``dask._task_spec.Task`` is how Dask itself marks such tasks (its ``_data_producer``
+    flag, read by ``Scheduler.is_rootish``); ``Client.submit`` has no argument for it.
+    """
+    from dask._task_spec import Task
+
+    return {key: Task(key, grade_task, *args, _data_producer=True)}
+
+
 class ClusterError(TransportError):
     """The cluster cannot grade (unreachable, no workers, no sandbox): one line for the instructor."""
 
@@ -145,9 +163,10 @@ class DaskCluster:
 
     def submit(self, student):
         settings = self.settings
-        future = self.client.submit(grade_task, self.plugin.name, student,
-                                    handed_in(settings.root, settings.assignment, student),
-                                    key=f"grade-{settings.run_id}-{student}", pure=False, retries=0)
+        key = f"grade-{settings.run_id}-{student}"
+        graph = grading_task(key, self.plugin.name, student,
+                             handed_in(settings.root, settings.assignment, student))
+        future = self.client.get(graph, key, sync=False, retries=0)
         self.running[student] = (future, monotonic())
 
     def finished(self, timeout):

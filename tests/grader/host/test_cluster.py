@@ -203,21 +203,24 @@ def kill_worker_running(client, key_part, times, deadline=240):
     """SIGKILL the worker process that runs the task whose key contains ``key_part``, ``times``
     times (each time the scheduler has moved it to a live worker). Returns how many it killed.
 
-    Only a worker that holds that task alone: Dask counts a worker's death against every task
-    the worker holds, queued ones too, and a task moved off a killed worker may be queued
-    behind this one (a kill for it would then count as the second against the moved task)."""
+    Asserts at every look that no worker holds more than the one submission it grades (the
+    grader's tasks wait on the scheduler, ``cluster.grading_task``): Dask counts a worker's
+    death against every task the worker holds, so a task queued behind the killed one would
+    be blamed too."""
     killed, seen = 0, set()
     end = time.monotonic() + deadline
-    def running(address):
-        keys = [str(k) for k in client.processing().get(address, ())]
-        return bool(keys) and all(key_part in k for k in keys)
+
+    def holding():
+        held = {address: [str(k) for k in keys] for address, keys in client.processing().items()}
+        assert all(len(keys) <= 1 for keys in held.values()), held
+        return held
 
     while killed < times and time.monotonic() < end:
         pids = worker_pids(client)
-        for address in client.processing():
-            if address in pids and address not in seen and running(address):
+        for address, keys in holding().items():
+            if address in pids and address not in seen and keys and key_part in keys[0]:
                 time.sleep(1.0)  # mid-submission: its kernel is running
-                if not running(address):  # moved meanwhile (another kill, say): look again
+                if keys != holding().get(address):  # done or moved meanwhile: look again
                     break
                 try:
                     os.kill(pids[address], signal.SIGKILL)
