@@ -194,6 +194,7 @@ def write_ipynb_download(app, pagename, templatename, context, doctree):
     notebook = executed_notebook(app, pagename)
     if notebook is None:
         return
+    start = time.perf_counter()
     target = Path(app.outdir) / "_sources" / download_path(pagename)
     target.parent.mkdir(parents=True, exist_ok=True)
     md = getattr(app, "_course_markdown", None)
@@ -209,12 +210,16 @@ def write_ipynb_download(app, pagename, templatename, context, doctree):
     offline_copy(target)
     stale = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"  # the name before the suffix
     stale.unlink(missing_ok=True)
+    app._course_download_seconds = (getattr(app, "_course_download_seconds", 0.0)
+                                    + time.perf_counter() - start)
 
 
 # A download link of the site opened from disk (file://): Chromium ignores ``download`` there
 # and shows a text file (.ipynb, .txt, .lock, .md) instead of saving it. _static/downloads.js
 # then loads ``<file>.js``, which hands it the file's bytes, and saves them from a data: URL.
 OFFLINE_SUFFIX = ".js"
+# Chromium's longest URL (2 MiB); a data: URL of a larger file would save nothing.
+DATA_URL_LIMIT = 2 * 1024 * 1024 - 64
 
 
 def offline_copy(path):
@@ -222,25 +227,32 @@ def offline_copy(path):
     import base64
 
     payload = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    if len(payload) > DATA_URL_LIMIT:
+        LOGGER.warning(f"{Path(path).name}: {len(payload):,} characters as a data: URL, more "
+                       f"than browsers take ({DATA_URL_LIMIT:,}): it could not be saved from a "
+                       "site opened from disk (make the file smaller)")
     Path(f"{path}{OFFLINE_SUFFIX}").write_text(
         f"window.courseSaveFile({json.dumps(Path(path).name)}, {json.dumps(payload)});\n",
         encoding="ascii")
 
 
 def offline_downloads(app, exception):
-    """``build-finished``: an offline copy of every ``{download}`` file and page source."""
+    """``build-finished``: an offline copy of every ``{download}`` file and page source
+    (written again each build: a page's source may have changed)."""
     if exception is not None or app.builder.format != "html":
         return
+    seconds = getattr(app, "_course_download_seconds", None)
+    if seconds is not None:
+        LOGGER.info(f"chapter downloads converted and written in {seconds:.1f} s")
     outdir = Path(app.outdir)
     for _, (_, destination) in app.env.dlfiles.items():
         path = outdir / "_downloads" / destination
         if path.is_file():
             offline_copy(path)
-    for docname in app.env.found_docs:
-        for suffix in (".md", ".ipynb"):
-            path = outdir / "_sources" / f"{docname}{suffix}"
-            if path.is_file() and not Path(f"{path}{OFFLINE_SUFFIX}").is_file():
-                offline_copy(path)
+    for docname in app.env.found_docs:   # the pages' sources (the chapters' notebooks: above)
+        path = outdir / "_sources" / f"{docname}.md"
+        if path.is_file():
+            offline_copy(path)
 
 
 def grading_substitutions(app, config):

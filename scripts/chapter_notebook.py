@@ -30,10 +30,10 @@ its outputs included, so that it reads like the page and runs like it:
 
   Any other role or directive is an error (:class:`ConversionError`), so none is ever left.
 * **Code cells** keep their code. The chapter's ``from myst_nb import glue`` (the build's
-  package) is dropped, and a cell after the first defines stand-ins (:data:`STAND_INS`):
+  package) is dropped, and a cell before the first defines stand-ins (:data:`STAND_INS`):
   ``glue(name, value)`` shows the value under the cell that computes it (a figure, a table,
-  or ``name = value``), and ``lab(...)``, whose sliders need the website's JavaScript, shows
-  where to find the lab. Stored outputs are converted by the same stand-in code
+  or ``name = value``), and a lab (``transformer_ref.labs``), whose sliders need the
+  website's JavaScript, displays where to find it (an IPython display formatter). Stored outputs are converted by the same stand-in code
   (``application/papermill.record/image/png`` becomes ``image/png``, and so on), so the
   notebook looks as downloaded as it does after *Run All*. Cells the page hides
   (``hide-input``, ``remove-input``, ``remove-cell``) are kept, with their code folded
@@ -45,7 +45,6 @@ makes one from Sphinx's environment.
 """
 
 import copy
-import html
 import re
 from dataclasses import dataclass, field
 
@@ -116,10 +115,11 @@ class Book:
 # -- the stand-ins of the notebook's second code cell --------------------------------------
 STAND_INS = '''\
 # This notebook is a chapter of the book "Attention, Part 2". On the website, glue() pastes
-# computed values into the text and lab() draws an interactive lab. Here, glue() shows each
+# computed values into the text and a lab draws sliders and panels. Here, glue() shows each
 # value under the cell that computes it (the text quotes the value the website was built
-# with), and lab() says where to find the lab, which needs the website's JavaScript.
+# with), and a lab says where to find it: it needs the website's JavaScript.
 import re as _re
+from html import unescape as _unescape
 
 from IPython import get_ipython as _get_ipython
 from IPython.display import Markdown as _Markdown, display as _display
@@ -152,17 +152,24 @@ def glue(name, variable, display=True):
     _display(_shown(name, data), metadata=metadata, raw=True)
 
 
-def _lab_note(title, anchor):
-    where = (f"[its place on the chapter's page]({{_PAGE_URL}}#{{anchor}})" if _PAGE_URL
-             else f"the page “{{_PAGE_TITLE}}” of the book's website")
+def _lab_markdown(html):
+    """A lab of the website (``transformer_ref.labs``; ``html``: its HTML): where to find it."""
+    title = _re.search(r'aria-label="([^"]*)"', html)
+    title = _unescape(title.group(1)) if title else "Lab"
+    anchor = _re.search(r'id="([^"]*)"', html)
+    where = (f"[its place on the chapter's page]({{_PAGE_URL}}#{{anchor.group(1) if anchor else ''}})"
+             if _PAGE_URL else f"the page “{{_PAGE_TITLE}}” of the book's website")
     return (f"> **{{title}}.** This lab is interactive on the book's website, where its "
             f"sliders redraw the panels; it needs the website's JavaScript, so Jupyter cannot "
             f"show it. Open it on {{where}}.")
 
 
-def lab(kind, data, controls, *, title, alt, name=None, digits=7):
-    """Where to find a lab of the website (here it cannot be drawn)."""
-    return _Markdown(_lab_note(title, f"lab-{{name or kind}}"))
+# a lab shows where to find it, instead of its HTML, whose sliders would do nothing here
+_formatters = _get_ipython().display_formatter.formatters if _get_ipython() else {{}}
+if _formatters:
+    _formatters["text/markdown"].for_type_by_name(
+        "transformer_ref.labs", "Lab", lambda lab: _lab_markdown(str(lab)))
+    _formatters["text/html"].for_type_by_name("transformer_ref.labs", "Lab", lambda lab: None)
 '''
 
 
@@ -444,17 +451,10 @@ def _resolve_doc(current, target):
 
 
 # -- the notebook ---------------------------------------------------------------------------
-def _is_lab(output):
-    return LAB_MARKER in "".join(output.get("data", {}).get("text/html", ""))
-
-
-def _lab_title_and_anchor(output):
-    """The accessible name and the element id of a lab's HTML (``transformer_ref.labs``)."""
-    text = "".join(output["data"]["text/html"])
-    title = re.search(r'aria-label="([^"]*)"', text)
-    anchor = re.search(r'id="([^"]*)"', text)
-    return (html.unescape(title.group(1)) if title else "Lab",
-            anchor.group(1) if anchor else "")
+def _lab_html(output):
+    """The HTML of a lab (``transformer_ref.labs``) that ``output`` shows, or None."""
+    text = "".join(output.get("data", {}).get("text/html", ""))
+    return text if LAB_MARKER in text else None
 
 
 def _source(cell):
@@ -498,6 +498,9 @@ def learner_notebook(notebook, book, md=None):
             continue
         lines = _source(cell).split("\n")
         cell.source = "\n".join(line for line in lines if line.strip() != GLUE_IMPORT)
+        if "myst_nb" in cell.source:
+            raise ConversionError(f"a code cell uses myst_nb other than by `{GLUE_IMPORT}` "
+                                  "on a line of its own: the download could not run it")
         if HIDDEN_CODE_TAGS & set(cell.metadata.get("tags", [])):
             cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
         outputs = []
@@ -508,8 +511,9 @@ def learner_notebook(notebook, book, md=None):
                         for mime, value in output["data"].items()}
                 outputs.append(nbformat.v4.new_output(
                     "display_data", data=namespace["_shown"](record["name"], data)))
-            elif output.get("output_type") in ("display_data", "execute_result") and _is_lab(output):
-                note = namespace["_lab_note"](*_lab_title_and_anchor(output))
+            elif (output.get("output_type") in ("display_data", "execute_result")
+                  and _lab_html(output)):
+                note = namespace["_lab_markdown"](_lab_html(output))
                 outputs.append(nbformat.v4.new_output(
                     output["output_type"], data={"text/markdown": note, "text/plain": note},
                     **({"execution_count": output.get("execution_count")}
@@ -517,13 +521,13 @@ def learner_notebook(notebook, book, md=None):
             else:
                 outputs.append(output)
         cell.outputs = outputs
-        cells.append(cell)
-        if not stand_ins_placed:
+        if not stand_ins_placed:   # before the first code cell, which may call glue()
             helper = nbformat.v4.new_code_cell(code)
             helper.metadata["jupyter"] = {"source_hidden": True}
             helper.metadata["tags"] = ["hide-input"]
             cells.append(helper)
             stand_ins_placed = True
+        cells.append(cell)
     cited = list(converter.cited) + sorted(cited_in_code - set(converter.cited))
     if cited:
         cells.append(references_cell(book, cited))
