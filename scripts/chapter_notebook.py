@@ -368,6 +368,10 @@ class MarkdownConverter:
         """Replace the lines of a block token, indented as its first line was."""
         first, last = token.map
         indent = re.match(r"[ \t>]*", lines[first]).group(0)
+        if not lines[first][len(indent):].startswith(("`", "~", ":", "(", "%", "+", "$", "\\")):
+            raise ConversionError(f"cannot place the block that starts on line {first + 1} of "
+                                  f"a Markdown cell (start it on a line of its own): "
+                                  f"{lines[first]!r}")
         end = starts[last - 1] + len(lines[last - 1]) if last > first else starts[first]
         if replacement is None:   # the line goes, with its line break
             return _Edit(starts[first], min(end + 1, starts[-1] + len(lines[-1])), "")
