@@ -149,7 +149,7 @@ def test_run_yourself_page_offers_the_wheel_and_the_requirements():
     assert sorted(n for n in names if n.endswith(".py")) == sources
     text = (HTML / "run-yourself.html").read_text(encoding="utf-8")
     versions = environment.grading_versions()
-    shown = " ".join(BeautifulSoup(text, "html.parser").get_text().split())
+    shown = " ".join(BeautifulSoup(text, "html.parser").get_text().replace("\u2019", "'").split())
     for value in (f"python{versions['python']} -m venv", f"torch=={versions['torch']}",
                   versions["numpy"], f"requirements-learner.txt {wheel}",
                   environment.TORCH_CPU_INDEX,

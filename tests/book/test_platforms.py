@@ -147,7 +147,8 @@ def test_cpu_build_in_the_course_venv_accepts_the_triton_lock():
             assert triton in requirement.specifier, (torch_build, text)
 
 
-# -- the matrix (the package index) -----------------------------------------------------------
+# -- the matrix (the package index; ``slow``: about 30 s, out of `make test-fast`) ---------------
+@pytest.mark.slow
 @pytest.mark.parametrize("platform,python", LEARNER_SYSTEMS)
 def test_learner_requirements_install_with_their_versions(learner_matrix, platform, python):
     resolution = learner_matrix[(platform, python)]
@@ -165,6 +166,7 @@ def test_learner_requirements_install_with_their_versions(learner_matrix, platfo
     assert got["numpy"] == grading["numpy"] and got["torch"] == grading["torch"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform,python", TRITON_SYSTEMS)
 def test_exercise_7_installs_with_the_default_torch_where_triton_has_wheels(triton_matrix,
                                                                            platform, python):
@@ -178,6 +180,7 @@ def test_exercise_7_installs_with_the_default_torch_where_triton_has_wheels(trit
         assert "triton" in resolution.error and "no wheels" in resolution.error
 
 
+@pytest.mark.slow
 def test_exercise_7_installs_with_the_cpu_build(index):
     """PyTorch's CPU-only build beside requirements-triton.lock, from PyTorch's index."""
     reason = platforms.index_unreachable(environment.TORCH_CPU_INDEX.rstrip("/") + "/torch/")
@@ -202,6 +205,7 @@ def mutant(tmp_path, edit):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_pin_that_breaks_a_python_or_a_platform_fails(index, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
