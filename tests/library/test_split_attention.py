@@ -142,6 +142,9 @@ def test_flash_decoding_with_additive_padding_and_alibi_masks(rng):
     # a mask that broadcasts over the keys (last dimension 1) is applied to every piece
     one = np.ones((2, 1, 2, 1), dtype=bool)
     np.testing.assert_allclose(ref.flash_decoding(q, k, v, n_splits=4, mask=one), sdpa(q, k, v), rtol=1e-12)
+    for backend, arr in [(ref, np.asarray), (tref, torch.tensor)]:  # and a 0-d mask, which broadcasts too
+        out = backend.flash_decoding(arr(q), arr(k), arr(v), n_splits=4, mask=arr(np.array(True)))
+        np.testing.assert_allclose(np.asarray(out), sdpa(q, k, v), rtol=1e-12)
 
 
 @pytest.mark.parametrize("backend", [ref, tref], ids=["numpy", "torch"])

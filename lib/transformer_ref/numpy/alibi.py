@@ -20,8 +20,8 @@ slopes of ``c`` heads, then the first ``n - c`` odd-numbered slopes of ``2c`` he
     m_h = 2 ** (-8 h / c),                   h = 1, ..., c
     m_{c+j} = 2 ** (-8 (2j - 1) / (2c)),     j = 1, ..., n - c.
 
-Because the bias depends on ``p - j`` only, it stays defined for any length: the paper's
-models, trained on 1,024 tokens, are evaluated on longer ones without changing anything.
+Because the bias depends on ``p - j`` only, it stays defined for any length: the paper trains
+at one sequence length and evaluates the same model on longer ones, changing nothing.
 """
 
 import numpy as np

@@ -99,7 +99,7 @@ def flash_decoding(q, k, v, *, n_splits, mask=None, return_lse=False):
     scale = 1.0 / math.sqrt(D)
     outs, lses = [], []
     for j0, j1 in split_bounds(S, n_splits):  # on a GPU the pieces run in parallel
-        piece_mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., j0:j1]
+        piece_mask = mask if mask is None or mask.ndim == 0 or mask.shape[-1] == 1 else mask[..., j0:j1]
         out, lse = _attention_and_lse(q, k[..., j0:j1, :], v[..., j0:j1, :], piece_mask, scale)
         outs.append(out)
         lses.append(lse)
