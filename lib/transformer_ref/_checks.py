@@ -44,7 +44,6 @@ __all__ = [
     "check_cache_type",
     "check_quant_bits",
     "check_partials",
-    "split_bounds",
     "MLASizes",
     "check_mla_sizes",
     "cross_attention_params",
@@ -331,19 +330,6 @@ def check_partials(outs, lses):
             raise ValueError(f"lses[{i}] must have the shape of outs[0] without its last dimension, "
                              f"{first[:-1]}, got {tuple(lse.shape)}")
     return outs, lses
-
-
-def split_bounds(length, n_parts):
-    """``[(start, stop), ...]``: ``range(length)`` cut into ``n_parts`` contiguous pieces whose sizes
-    differ by at most one, the longer ones first (``numpy.array_split``'s rule); pieces are empty
-    when ``n_parts > length``."""
-    size, extra = divmod(length, n_parts)
-    bounds, start = [], 0
-    for part in range(n_parts):
-        stop = start + size + (part < extra)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
 
 
 #: the sizes of multi-head latent attention, as returned by :func:`check_mla_sizes`

@@ -178,6 +178,32 @@ def test_ring_attention_equals_sdpa(rng, T, S, n_devices, causal_):
     np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("T, S, n", [(16, 16, 4), (7, 7, 3), (4, 13, 3), (13, 4, 3), (3, 3, 5)])
+def test_ring_schedule_meets_every_block_once_in_ring_order(T, S, n):
+    from transformer_ref._split_schedule import ring_schedule, split_bounds
+
+    q_blocks, kv_blocks = split_bounds(T, n), split_bounds(S, n)
+    full = list(ring_schedule(T, S, n, causal=False))
+    assert len(full) == n * n
+    for index, (r, rows, keys) in enumerate(full):  # step t = index // n: device r holds block (r - t) mod n
+        step = index // n
+        assert (rows, keys) == (q_blocks[r], kv_blocks[(r - step) % n])
+
+    # causal: only blocks with no visible key are left out, and never a device's first step
+    def sees_nothing(rows, keys):  # written from the mask: no query of the block sees a key of the block
+        return not causal(T, S)[rows[0]:rows[1], keys[0]:keys[1]].any()
+
+    def nonempty(pairs):
+        return [(r, rows, keys) for r, rows, keys in pairs if rows[1] > rows[0] and keys[1] > keys[0]]
+
+    causal_pairs = list(ring_schedule(T, S, n, causal=True))
+    kept = [pair for index, pair in enumerate(full) if index < n or not sees_nothing(pair[1], pair[2])]
+    # the same order, the first step whole, only blocks with nothing to see left out
+    assert nonempty(causal_pairs) == nonempty(kept)
+    if T == S and n <= T:
+        assert len(full) - len(kept) == n * (n - 1) // 2  # the blocks above the diagonal
+
+
 def test_ring_attention_needs_every_step(rng, monkeypatch):
     # with the merge of each step replaced by "keep the newest block" the result is wrong:
     # the test above would catch a ring that forgot to accumulate

@@ -30,7 +30,8 @@ import math
 
 import numpy as np
 
-from .._checks import check_flag, check_int, check_mask, check_partials, check_qkv, split_bounds
+from .._checks import check_flag, check_int, check_mask, check_partials, check_qkv
+from .._split_schedule import ring_schedule, split_bounds
 from .attention import repeat_kv
 
 __all__ = ["merge_attention", "flash_decoding", "ring_attention"]
@@ -126,18 +127,11 @@ def ring_attention(q, k, v, *, n_devices, causal=False):
     causal = check_flag("causal", causal)
     k, v = repeat_kv(k, group), repeat_kv(v, group)
     scale = 1.0 / math.sqrt(D)
-    q_blocks, kv_blocks = split_bounds(T, n_devices), split_bounds(S, n_devices)
-    held = list(range(n_devices))  # held[r]: the key/value block device r holds at this step
     running = [None] * n_devices  # device r's (out, lse) so far
-    for _ in range(n_devices):
-        for r, (i0, i1) in enumerate(q_blocks):  # on real hardware the devices run at once
-            j0, j1 = kv_blocks[held[r]]
-            if causal and j0 > i1 - 1 + S - T and running[r] is not None:
-                continue  # every key of the block lies after every query of this device
-            mask = None
-            if causal:  # key j visible to query i iff j <= i + S - T
-                mask = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + S - T
-            part = _attention_and_lse(q[..., i0:i1, :], k[..., j0:j1, :], v[..., j0:j1, :], mask, scale)
-            running[r] = part if running[r] is None else merge_attention(*zip(running[r], part))
-        held = [held[r - 1] for r in range(n_devices)]  # device r receives device r - 1's block
+    for r, (i0, i1), (j0, j1) in ring_schedule(T, S, n_devices, causal):
+        mask = None
+        if causal:  # key j visible to query i iff j <= i + S - T
+            mask = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + S - T
+        part = _attention_and_lse(q[..., i0:i1, :], k[..., j0:j1, :], v[..., j0:j1, :], mask, scale)
+        running[r] = part if running[r] is None else merge_attention(*zip(running[r], part))
     return np.concatenate([out for out, _ in running], axis=-2)
