@@ -120,6 +120,7 @@ PINNED_TORCH_PARAMS = {
     "PagedKVCache.length": ["layer", "seq"],
     "PagedKVCache.block_table": ["seq"],
     "PagedKVCache.free": ["seq"],
+    "PagedKVCache.fork": ["seq", "new_seq"],
 }
 
 # The only parameters torch may add: keyword-only, last, where the function creates tensors.

@@ -140,6 +140,92 @@ def test_decoding_through_the_paged_cache_equals_the_full_pass():
     torch.testing.assert_close(torch.cat(outputs, dim=1), full, rtol=1e-12, atol=1e-14)
 
 
+def test_forked_sequences_share_their_prefix_until_one_writes():
+    cache = new_cache(block_size=4, n_blocks=8)
+    gen = torch.Generator().manual_seed(5)
+    prompt = [entries(gen, 6) for _ in range(LAYERS)]  # 6 positions: one full block, one half full
+    for layer, (k, v) in enumerate(prompt):
+        cache.update(layer, k, v, seq=0)
+    cache.fork(0, 1)
+    cache.fork(0, 2)
+    assert cache.block_table(1) == cache.block_table(0) == [0, 1] and cache.n_used_blocks == 2
+    assert cache.n_tokens == 18 and cache.wasted_slots == 2  # three sequences of 6 in 8 shared slots
+    continuations = {seq: [entries(gen, 1) for _ in range(LAYERS)] for seq in (0, 1, 2)}
+    for seq in (1, 0, 2):
+        for layer in range(LAYERS):
+            k_all, v_all = cache.update(layer, *continuations[seq][layer], seq=seq)
+            want = torch.cat([prompt[layer][0], continuations[seq][layer][0]], dim=1)
+            torch.testing.assert_close(k_all, want, rtol=0, atol=0)
+    # the full first block is still shared; the half-full one was copied for the first two writers
+    # (the last writer holds the original alone by then)
+    assert cache.block_table(1) == [0, 2] and cache.block_table(0) == [0, 3] and cache.block_table(2) == [0, 1]
+    assert cache.n_used_blocks == 4 and cache.wasted_slots == 3 * 1
+    for seq in (0, 1, 2):  # every sequence still reads its own prompt and continuation
+        for layer in range(LAYERS):
+            want = torch.cat([prompt[layer][1], continuations[seq][layer][1]], dim=1)
+            torch.testing.assert_close(cache.gather(layer, seq)[1], want, rtol=0, atol=0)
+    cache.free(0)
+    assert cache.free_blocks == [4, 5, 6, 7, 3]  # block 0 is still held by 1 and 2
+    cache.free(1)
+    cache.free(2)
+    assert sorted(cache.free_blocks) == list(range(8)) and cache.n_used_blocks == 0
+
+
+def test_copy_on_write_needs_free_blocks_too():
+    cache = new_cache(block_size=4, n_blocks=3)
+    gen = torch.Generator().manual_seed(6)
+    cache.update(0, *entries(gen, 6), seq=0)  # blocks 0, 1
+    cache.fork(0, 1)
+    cache.update(0, *entries(gen, 1), seq=1)  # copies block 1 into block 2: the pool is full
+    cache.update(0, *entries(gen, 1), seq=0)  # block 1 is no longer shared: no copy, room in it
+    assert cache.length(0, 0) == 7 and cache.n_free_blocks == 0 and cache.block_table(0) == [0, 1]
+    cache.fork(0, 2)
+    with pytest.raises(ValueError, match=r"^k adds 1 positions to sequence 2, which holds 7 in layer 0: that needs 1 "
+                                         r"more blocks of block_size=4, but only 0 of n_blocks=3 are free"):
+        cache.update(0, *entries(gen, 1), seq=2)  # writing into shared block 1 needs a copy, none is free
+    assert cache.block_table(2) == [0, 1] and cache.length(0, 2) == 7
+    with pytest.raises(ValueError, match=r"^new_seq 1 is already in the cache"):
+        cache.fork(0, 1)
+    with pytest.raises(ValueError, match=r"^seq 9 is not in the cache"):
+        cache.fork(9, 3)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_forks_appends_and_frees_read_back_what_each_sequence_wrote(seed):
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    cache = new_cache(block_size=3, n_blocks=64)
+    written = {}  # seq -> per layer, the keys it holds, kept independently of the cache
+    next_id = 0
+    for _ in range(40):
+        action = rng.choice(["append", "append", "fork", "free"]) if written else "append"
+        if action == "append":
+            seq = int(rng.choice(list(written) + [next_id]))
+            if seq == next_id:
+                next_id += 1
+            n = int(rng.integers(1, 5))
+            parts = written.setdefault(seq, [torch.zeros(H_KV, 0, D, dtype=torch.float64)] * LAYERS)
+            for layer in range(LAYERS):
+                k, v = entries(gen, n)
+                cache.update(layer, k, v, seq)
+                parts[layer] = torch.cat([parts[layer], k], dim=1)
+        elif action == "fork":
+            parent = int(rng.choice(list(written)))
+            cache.fork(parent, next_id)
+            written[next_id] = list(written[parent])
+            next_id += 1
+        else:
+            seq = int(rng.choice(list(written)))
+            cache.free(seq)
+            del written[seq]
+        held = {block for seq in cache.sequences for block in cache.block_table(seq)}
+        assert sorted(held | set(cache.free_blocks)) == list(range(cache.n_blocks))
+        assert not held & set(cache.free_blocks) and cache.wasted_slots >= 0
+        for seq, parts in written.items():
+            for layer in range(LAYERS):
+                torch.testing.assert_close(cache.gather(layer, seq)[0], parts[layer], rtol=0, atol=0)
+
+
 def test_pools_sizes_device_and_dtype(device):
     cache = tref.PagedKVCache(3, 2, 8, block_size=16, n_blocks=10, device=device)
     assert cache.shape == (3, 10, 2, 16, 8) and cache.k.shape == cache.shape

@@ -12,6 +12,11 @@ block ``table[p // block_size]``. The only waste is the unfilled tail of each se
 block (fewer than ``block_size`` positions), and a finished sequence's blocks go straight back
 to the free list for the next one. As in vLLM, one block table serves every layer: block
 ``b`` of a sequence is block ``table[b]`` of each layer's pool.
+
+Block tables also let sequences share memory (Kwon et al. 2023, Section 4.4): a sequence
+forked from another (parallel sampling, beam search) starts with the same table, each block
+counting how many tables hold it, and the first write into a shared block copies it to a
+fresh block for the writer (copy-on-write), so a common prefix is stored once.
 """
 
 import math
@@ -40,15 +45,20 @@ class PagedKVCache:
     and returns the sequence's keys and values gathered through its block table, in order
     (a copy, as PagedAttention's kernel reads them). ``gather(layer, seq)`` returns them without
     appending; ``length(layer, seq)`` counts them (0 for an unknown sequence).
-    ``free(seq)`` puts the sequence's blocks at the end of the free list; ``reset()`` frees all.
+    ``fork(seq, new_seq)`` starts ``new_seq`` as a copy of ``seq`` that shares its blocks; a write
+    into a block that several tables hold first copies it (copy-on-write). ``free(seq)`` forgets
+    a sequence and puts the blocks no other sequence holds at the end of the free list;
+    ``reset()`` frees all.
 
     Measured, for the chapter's fragmentation figures: ``n_free_blocks``, ``n_used_blocks``,
-    ``n_tokens`` (positions held, the longest layer of each sequence), ``wasted_slots``
-    (``n_used_blocks * block_size - n_tokens``, the unfilled tails of last blocks) and
-    ``fragmentation`` (``wasted_slots`` over the allocated slots, 0 when none are);
+    ``n_tokens`` (positions the sequences hold, the longest layer of each, a shared prefix
+    counted once per sequence), ``wasted_slots`` (allocated slots that hold nothing: the
+    unfilled tails of last blocks, ``n_used_blocks * block_size - n_tokens`` when no block is
+    shared) and ``fragmentation`` (``wasted_slots`` over the allocated slots, 0 when none are);
     ``nbytes`` is the size of the two pools, ``kv_cache_bytes(n_layers, H_kv, D, n_blocks *
     block_size, 1, itemsize)``. An update that needs more blocks than are free, a wrong shape
-    or a bad ``layer`` raises ``ValueError`` and stores nothing. ``dtype`` defaults to float32,
+    or a bad ``layer`` raises ``ValueError`` and stores nothing (the copies a copy-on-write
+    needs count as blocks). ``dtype`` defaults to float32,
     ``device`` to the CPU; stored tensors are detached (a cache is for inference).
     """
 
@@ -79,6 +89,7 @@ class PagedKVCache:
         self._free = deque(range(self.n_blocks))
         self._tables = {}  # seq -> list of physical block ids
         self._lengths = {}  # seq -> positions stored per layer
+        self._refs = [0] * self.n_blocks  # how many block tables hold each block
 
     # -- bookkeeping ----------------------------------------------------------------------------
     @property
@@ -108,8 +119,14 @@ class PagedKVCache:
 
     @property
     def wasted_slots(self):
-        """Allocated slots that hold nothing: the unfilled tails of the sequences' last blocks."""
-        return self.n_used_blocks * self.block_size - self.n_tokens
+        """Allocated slots that hold nothing: the unfilled tails of the sequences' last blocks
+        (a block several sequences share is as full as the fullest of them makes it)."""
+        filled = {}
+        for seq, table in self._tables.items():
+            longest = max(self._lengths[seq])
+            for logical, block in enumerate(table):
+                filled[block] = max(filled.get(block, 0), min(self.block_size, longest - logical * self.block_size))
+        return sum(self.block_size - n for n in filled.values())
 
     @property
     def fragmentation(self):
@@ -127,12 +144,25 @@ class PagedKVCache:
         return self._lengths[seq][layer] if seq in self._lengths else 0
 
     def free(self, seq=0):
-        """Give sequence ``seq``'s blocks back (to the end of the free list) and forget it."""
-        seq = self._check_seq(seq)
-        if seq not in self._tables:
-            raise ValueError(f"seq {seq} is not in the cache (sequences: {self.sequences})")
-        self._free.extend(self._tables.pop(seq))
+        """Forget sequence ``seq``; the blocks no other sequence holds go to the end of the free list."""
+        seq = self._known_seq("seq", seq)
+        for block in self._tables.pop(seq):
+            self._refs[block] -= 1
+            if self._refs[block] == 0:
+                self._free.append(block)
         del self._lengths[seq]
+
+    def fork(self, seq, new_seq):
+        """Start sequence ``new_seq`` as a copy of ``seq`` that shares all its blocks (nothing is copied
+        until a write into a shared block)."""
+        seq = self._known_seq("seq", seq)
+        new_seq = self._check_seq(new_seq, "new_seq")
+        if new_seq in self._tables:
+            raise ValueError(f"new_seq {new_seq} is already in the cache")
+        self._tables[new_seq] = list(self._tables[seq])
+        self._lengths[new_seq] = list(self._lengths[seq])
+        for block in self._tables[new_seq]:
+            self._refs[block] += 1
 
     # -- storing and reading ----------------------------------------------------------------------
     def update(self, layer, k, v, seq=0):
@@ -148,14 +178,23 @@ class PagedKVCache:
         table = self._tables.get(seq, [])
         start = self._lengths[seq][layer] if seq in self._lengths else 0
         stop = start + k.shape[1]
-        needed = math.ceil(stop / self.block_size) - len(table)
-        if needed > len(self._free):
+        needed = max(0, math.ceil(stop / self.block_size) - len(table))
+        # the blocks this write touches that other sequences hold too: copied first (copy-on-write)
+        touched = range(start // self.block_size, min(len(table), math.ceil(stop / self.block_size))) \
+            if stop > start else range(0)
+        shared = [logical for logical in touched if self._refs[table[logical]] > 1]
+        if needed + len(shared) > len(self._free):
             raise ValueError(f"k adds {k.shape[1]} positions to sequence {seq}, which holds {start} in layer {layer}: "
-                             f"that needs {needed} more blocks of block_size={self.block_size}, but only "
-                             f"{len(self._free)} of n_blocks={self.n_blocks} are free")
+                             f"that needs {needed + len(shared)} more blocks of block_size={self.block_size}, but "
+                             f"only {len(self._free)} of n_blocks={self.n_blocks} are free")
         if seq not in self._tables:
             self._tables[seq], self._lengths[seq] = table, [0] * self.n_layers
-        table.extend(self._free.popleft() for _ in range(needed))
+        for logical in shared:
+            old, new = table[logical], self._take_block()
+            self.k[:, new], self.v[:, new] = self.k[:, old], self.v[:, old]  # every layer: one table serves all
+            self._refs[old] -= 1
+            table[logical] = new
+        table.extend(self._take_block() for _ in range(needed))
         positions = torch.arange(start, stop, device=self.device)
         blocks = torch.tensor(table, dtype=torch.long, device=self.device)[positions // self.block_size]
         slots = positions % self.block_size
@@ -178,6 +217,12 @@ class PagedKVCache:
             gathered.append(blocks.transpose(0, 1).reshape(self.n_kv_heads, -1, self.head_dim)[:, :S])
         return tuple(gathered)
 
+    def _take_block(self):
+        """The block at the front of the free list, now held by one table."""
+        block = self._free.popleft()
+        self._refs[block] = 1
+        return block
+
     # -- checks -------------------------------------------------------------------------------------
     def _check_layer(self, layer):
         layer = check_int("layer", layer, minimum=0)
@@ -185,8 +230,14 @@ class PagedKVCache:
             raise ValueError(f"layer must be < n_layers={self.n_layers}, got {layer}")
         return layer
 
-    def _check_seq(self, seq):
-        return check_int("seq", seq, minimum=0)
+    def _check_seq(self, seq, name="seq"):
+        return check_int(name, seq, minimum=0)
+
+    def _known_seq(self, name, seq):
+        seq = self._check_seq(seq, name)
+        if seq not in self._tables:
+            raise ValueError(f"{name} {seq} is not in the cache (sequences: {self.sequences})")
+        return seq
 
     def _as_entries(self, name, x):
         """``x`` as a detached tensor of the pools' dtype and device, of shape ``(H_kv, T_new, D)``."""
