@@ -5,6 +5,11 @@
 * :func:`record`: the driver copies a :class:`~autograder.core.results.StudentResult`
   into the class gradebook (replacing earlier autograded scores, keeping manual
   ones, as nbgrader does) and returns the submission's total;
+* :func:`standings`: every submission's :class:`Standing` (total, late penalty, lateness):
+  what every output of a score reads (``grades.csv``, exports, the LMS files, the report);
+* :func:`keep_fingerprints` and :func:`class_fingerprints`: the hashed shingles of each
+  graded submission's functions (:mod:`autograder.worker.similarity`), in a table of
+  their own beside nbgrader's, so a student graded in any run is compared with the class;
 * :func:`open_gradebook`: a gradebook at any SQLAlchemy URL, with a one-line error
   for a URL that cannot be one (a missing folder, a file that is not a database, a
   PostgreSQL server that cannot be reached);
@@ -25,6 +30,8 @@ import hashlib
 import os
 import warnings
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .results import CellScore, NotebookScores, Status, needs_manual_grade
@@ -334,6 +341,111 @@ def read_scores(db_url, assignment, student):
                 grades=tuple(CellScore(g.name, g.auto_score, g.max_score) for g in nb.grades),
                 comments=tuple((c.name, c.auto_comment) for c in nb.comments))
             for nb in sub.notebooks]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One submission's score as the gradebook holds it: the one score every output shows.
+
+    ``score``: the sum of its cells' scores, a manual score taking precedence over the
+    automatic one (nbgrader's ``SubmittedAssignment.score``); ``penalty``: the late penalty
+    stored by :func:`autograder.core.policy.apply_late_policy`, the one writer of
+    penalties; ``late``: whether it counts as late (a penalty is stored, maybe 0; inside
+    the grace period is on time); ``late_by``: how late, zero when on time; ``final``:
+    ``max(0, score - penalty)``, what every file and page shows. Times are aware UTC;
+    ``duedate`` is the student's own (extension included).
+    """
+
+    student: str
+    score: float
+    max_score: float
+    penalty: float = 0.0
+    late: bool = False
+    late_by: timedelta = timedelta(0)
+    submitted_at: datetime | None = None
+    duedate: datetime | None = None
+    needs_manual: bool = False
+
+    @property
+    def final(self) -> float:
+        return max(0.0, self.score - self.penalty)
+
+
+def _aware(moment):
+    return None if moment is None else moment.replace(tzinfo=timezone.utc)
+
+
+def standings(db_url, assignment):
+    """``{student: Standing}`` of every submission of ``assignment``; ``None`` when the
+    gradebook does not know the assignment (not graded yet)."""
+    from nbgrader.api import MissingEntry
+
+    with open_gradebook(db_url) as gb:
+        try:
+            record = gb.find_assignment(assignment)
+        except MissingEntry:
+            return None
+        found = {}
+        for sub in record.submissions:
+            late = any(nb.late_submission_penalty is not None for nb in sub.notebooks)
+            found[sub.student_id] = Standing(
+                sub.student_id, float(sub.score), float(sub.max_score),
+                float(sub.late_submission_penalty or 0.0) if late else 0.0, late,
+                timedelta(seconds=sub.total_seconds_late) if late else timedelta(0),
+                _aware(sub.timestamp), _aware(sub.duedate), bool(sub.needs_manual_grade))
+        return found
+
+
+FINGERPRINTS = "autograder_fingerprints"  # the gradebook's one table that is not nbgrader's
+
+
+def _fingerprint_table():
+    from sqlalchemy import Column, LargeBinary, MetaData, String, Table
+
+    return Table(FINGERPRINTS, MetaData(),
+                 Column("assignment", String(128), primary_key=True),
+                 Column("student", String(128), primary_key=True),
+                 Column("function", String(256), primary_key=True),
+                 Column("prints", LargeBinary, nullable=False))
+
+
+def keep_fingerprints(db_url, assignment, students):
+    """Replace the kept fingerprints of each student of ``students`` (``{student: {function:
+    frozenset of 64-bit ints}}``; an empty dict forgets the student) for ``assignment``."""
+    from array import array
+
+    from sqlalchemy import delete
+
+    table = _fingerprint_table()
+    with open_gradebook(db_url) as gb:
+        table.create(gb.engine, checkfirst=True)
+        with gb.engine.begin() as conn:
+            for student, functions in students.items():
+                conn.execute(delete(table).where(table.c.assignment == assignment,
+                                                 table.c.student == student))
+                rows = [dict(assignment=assignment, student=student, function=name,
+                             prints=array("Q", sorted(prints)).tobytes())
+                        for name, prints in functions.items()]
+                if rows:
+                    conn.execute(table.insert(), rows)
+
+
+def class_fingerprints(db_url, assignment):
+    """``{student: {function: frozenset}}`` of every kept submission of ``assignment``."""
+    from array import array
+
+    from sqlalchemy import select
+
+    table = _fingerprint_table()
+    found = {}
+    with open_gradebook(db_url) as gb:
+        table.create(gb.engine, checkfirst=True)
+        with gb.engine.connect() as conn:
+            for student, name, data in conn.execute(
+                    select(table.c.student, table.c.function, table.c.prints)
+                    .where(table.c.assignment == assignment)):
+                found.setdefault(student, {})[name] = frozenset(array("Q", bytes(data)))
+    return found
 
 
 CELL_KINDS = ("grade_cell", "solution_cell", "task_cell", "source_cell")  # nbgrader's, as SaveCells saves them

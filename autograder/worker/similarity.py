@@ -10,11 +10,16 @@ most of the student's 12-token windows (shingles) occur in the other one.
 * :func:`resembles_reference`: a student function against every function of
   ``transformer_ref`` (the public source a student could paste);
 * :func:`similar_pairs`: students of one class against each other, through an
-  inverted index of shingles (linear in the class's code, not quadratic).
+  inverted index of shingles (linear in the class's code, not quadratic);
+* :func:`fingerprints` and :func:`matching_pairs`: the same on what is kept of each
+  graded submission (its functions' shingles, hashed: no code), so that the driver
+  compares every newly graded student with the whole class, graded in any run
+  (:class:`autograder.host.driver.Fingerprints` keeps them beside the gradebook).
 """
 
 import ast
 import functools
+import hashlib
 import io
 import keyword
 import tokenize
@@ -126,28 +131,47 @@ def resembles_reference(source):
     return found
 
 
-def similar_pairs(solutions):
+def fingerprint(code):
+    """The hashed shingles of one function's ``code`` (64-bit ints), or None when it is too
+    short to compare (fewer than :data:`MIN_SHINGLES` windows)."""
+    mine = shingles(shape(code))
+    if len(mine) < MIN_SHINGLES:
+        return None
+    return frozenset(int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "big")
+                     for w in mine)
+
+
+def fingerprints(functions_):
+    """``{function name: fingerprint}`` of a student's ``{name: source}``, short ones left out."""
+    found = {name: fingerprint(code) for name, code in functions_.items()}
+    return {name: prints for name, prints in found.items() if prints}
+
+
+def matching_pairs(prints):
     """Pairs of students whose functions of the same name look copied from each other.
 
-    ``solutions`` maps student -> {function name: source}. Returns
-    ``[(student, other, function, share)]`` with ``share >= CLASS_SHARE`` in both
-    directions, found through an inverted index of shingles.
+    ``prints`` maps student -> {function name: fingerprint} (:func:`fingerprints`).
+    Returns ``[(student, other, function, share)]``, ``student < other``, with
+    ``share >= CLASS_SHARE`` in both directions, found through an inverted index.
     """
-    windows = {}                   # (student, name) -> set of windows
-    index = defaultdict(set)       # (name, window) -> students
-    for student, functions_ in solutions.items():
-        for name, code in functions_.items():
-            mine = set(shingles(shape(code)))
-            if len(mine) >= MIN_SHINGLES:
-                windows[student, name] = mine
-                for w in mine:
-                    index[name, w].add(student)
+    index = defaultdict(set)       # (name, hashed window) -> students
+    for student, functions_ in prints.items():
+        for name, mine in functions_.items():
+            for w in mine:
+                index[name, w].add(student)
     pairs = []
-    for (student, name), mine in windows.items():
-        counts = Counter(other for w in mine for other in index[name, w] if other != student)
-        for other, common in counts.items():
-            theirs = windows[other, name]
-            if student < other and common / len(mine) >= CLASS_SHARE \
-                    and common / len(theirs) >= CLASS_SHARE:
-                pairs.append((student, other, name, min(common / len(mine), common / len(theirs))))
+    for student, functions_ in prints.items():
+        for name, mine in functions_.items():
+            counts = Counter(other for w in mine for other in index[name, w] if other != student)
+            for other, common in counts.items():
+                theirs = prints[other][name]
+                if student < other and common / len(mine) >= CLASS_SHARE \
+                        and common / len(theirs) >= CLASS_SHARE:
+                    pairs.append((student, other, name, min(common / len(mine), common / len(theirs))))
     return sorted(pairs)
+
+
+def similar_pairs(solutions):
+    """:func:`matching_pairs` of students' sources: ``solutions`` maps student ->
+    {function name: source}."""
+    return matching_pairs({student: fingerprints(f) for student, f in solutions.items()})

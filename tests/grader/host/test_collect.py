@@ -45,6 +45,7 @@ def notebook(marker):
 @pytest.fixture
 def course(tmp_path):
     shutil.copytree(REPO / "tests" / "fixtures" / "course" / "solutions", tmp_path / "solutions")
+    (tmp_path / "course.toml").write_text('timezone = "UTC"  # the zone of the LMS\'s zip times\n')
     with open(tmp_path / "roster.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["student_id", "name", "email", "lms_id"])
