@@ -329,7 +329,9 @@ def add_export(sub, common):
                        help="export the gradebook to CSV",
                        description="Export scores from the gradebook (nbgrader's CSV format: one "
                                    "row per student and assignment, manual grades and late "
-                                   "penalties applied).")
+                                   "penalties applied). Assignments not graded yet are left out. "
+                                   "Late penalties and grades.csv are brought up to date first "
+                                   "(manual grades, extensions, course.toml).")
     p.add_argument("assignment", nargs="?", help="only this assignment (default: all)")
     p.add_argument("--to", default="gradebook_export.csv", help="output file, relative to the "
                    "course root or absolute (default gradebook_export.csv)")
@@ -360,10 +362,15 @@ def add_collect(sub, common):
                        description="Put each notebook of a Canvas or Moodle bulk download (a zip) "
                                    "into submitted/<student>/<ASSIGNMENT>/ with a timestamp.txt, "
                                    "matching file names to roster.csv (lms_id, else the name), as "
-                                   "nbgrader's zip_collect does. A student's folder is replaced. "
-                                   "Unmatched files are listed. A hostile archive (paths out of "
-                                   "the folder, links, a zip bomb) is refused whole: one line, exit "
-                                   "status 1, nothing written.")
+                                   "nbgrader's zip_collect does. A student's folder is replaced, "
+                                   "the earlier one kept as submitted/<student>/.<ASSIGNMENT>."
+                                   "replaced-<UTC time> and named. Unmatched files are listed, as "
+                                   "are Canvas _LATE marks that disagree with the files' times. An "
+                                   "archive of another assignment's notebooks, one that matches no "
+                                   "roster student, or a hostile one (paths out of the folder, "
+                                   "links, a zip bomb) is refused whole: one line, exit status 1, "
+                                   "nothing written. Zip times without a zone are read in "
+                                   "course.toml's timezone.")
     p.add_argument("assignment", help="assignment id, e.g. 01-rope")
     p.add_argument("--from", dest="lms", required=True, choices=("canvas", "moodle"),
                    help="the LMS that made the archive (its file-name layout)")
