@@ -399,14 +399,20 @@ def standings(db_url, assignment):
 FINGERPRINTS = "autograder_fingerprints"  # the gradebook's one table that is not nbgrader's
 
 
-def _fingerprint_table():
-    from sqlalchemy import Column, LargeBinary, MetaData, String, Table
+def _fingerprint_table(gb, db_url):
+    """The fingerprint table, created in the gradebook if it is not there yet (under the write
+    lock: runs of two assignments may meet on a new PostgreSQL gradebook)."""
+    from sqlalchemy import Column, LargeBinary, MetaData, String, Table, inspect
 
-    return Table(FINGERPRINTS, MetaData(),
+    table = Table(FINGERPRINTS, MetaData(),
                  Column("assignment", String(128), primary_key=True),
                  Column("student", String(128), primary_key=True),
                  Column("function", String(256), primary_key=True),
                  Column("prints", LargeBinary, nullable=False))
+    if not inspect(gb.engine).has_table(FINGERPRINTS):
+        with writing(db_url):
+            table.create(gb.engine, checkfirst=True)
+    return table
 
 
 def keep_fingerprints(db_url, assignment, students):
@@ -416,9 +422,8 @@ def keep_fingerprints(db_url, assignment, students):
 
     from sqlalchemy import delete
 
-    table = _fingerprint_table()
     with open_gradebook(db_url) as gb:
-        table.create(gb.engine, checkfirst=True)
+        table = _fingerprint_table(gb, db_url)
         with gb.engine.begin() as conn:
             for student, functions in students.items():
                 conn.execute(delete(table).where(table.c.assignment == assignment,
@@ -436,10 +441,9 @@ def class_fingerprints(db_url, assignment):
 
     from sqlalchemy import select
 
-    table = _fingerprint_table()
     found = {}
     with open_gradebook(db_url) as gb:
-        table.create(gb.engine, checkfirst=True)
+        table = _fingerprint_table(gb, db_url)
         with gb.engine.connect() as conn:
             for student, name, data in conn.execute(
                     select(table.c.student, table.c.function, table.c.prints)

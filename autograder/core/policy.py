@@ -427,9 +427,10 @@ def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) ->
       renders shows the penalty;
     * the driver, in the class gradebook once the class is recorded
       (:func:`autograder.host.driver.finish`): extensions and earlier manual grades are
-      there, and ``grades.csv`` lists the lateness it returns;
-    * ``feedback`` and ``export`` (:func:`autograder.host.cli.refresh_late_penalties`), since
-      manual grades given since then move a penalty in percent, or ``zero``.
+      there, and ``grades.csv`` and the pages show what it stored;
+    * ``feedback``, ``export`` and ``report`` (:func:`autograder.host.cli.settle_scores`),
+      since manual grades, extensions, due dates and policies given since then move a
+      penalty.
     """
     from nbgrader.api import MissingEntry
 

@@ -257,3 +257,29 @@ def test_a_dropped_gradebook_leaves_no_engine_behind(db):
     with Gradebook(db) as second:
         assert second.engine is not engine
         assert second.find_assignment("toy").name == "toy"
+
+
+def test_fingerprints_are_kept_per_student_and_replaced_by_a_regrade(tmp_path):
+    """What the copy detector keeps of a class: hashed shapes, one student at a time; a
+    re-grade replaces a student's, an empty dict forgets them; other assignments untouched."""
+    from autograder.core.gradebook import class_fingerprints, keep_fingerprints
+    from autograder.worker.similarity import fingerprints, matching_pairs
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    copied = ("def softmax(xs):\n    m = max(xs)\n    e = [math.exp(x - m) for x in xs]\n"
+              "    s = sum(e)\n    return [v / s for v in e]\n")
+    own = ("def softmax(xs):\n    top = max(xs)\n    weights = []\n    for value in xs:\n"
+           "        weights.append(math.exp(value - top))\n    total = sum(weights)\n"
+           "    return [w / total for w in weights]\n")
+    keep_fingerprints(url, "toy", {"ann": fingerprints({"softmax": copied}),
+                                   "ben": fingerprints({"softmax": copied.replace("xs", "values")})})
+    keep_fingerprints(url, "other", {"ann": fingerprints({"softmax": copied})})
+    keep_fingerprints(url, "toy", {"cat": fingerprints({"softmax": own})})  # a later run
+    kept = class_fingerprints(url, "toy")
+    assert sorted(kept) == ["ann", "ben", "cat"] and kept["ann"]["softmax"] == fingerprints({"softmax": copied})["softmax"]
+    assert [p[:3] for p in matching_pairs(kept)] == [("ann", "ben", "softmax")]
+    keep_fingerprints(url, "toy", {"ben": fingerprints({"softmax": own})})   # ben re-graded
+    assert [p[:3] for p in matching_pairs(class_fingerprints(url, "toy"))] == [("ben", "cat", "softmax")]
+    keep_fingerprints(url, "toy", {"cat": {}})                                # cat: nothing to keep
+    assert sorted(class_fingerprints(url, "toy")) == ["ann", "ben"]
+    assert sorted(class_fingerprints(url, "other")) == ["ann"]
