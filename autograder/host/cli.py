@@ -144,8 +144,13 @@ def cmd_feedback(args):
     with course_lock(args, db_url, [args.assignment]):
         if not settle_scores(args, db_url, [args.assignment]):
             sys.exit(f"{args.assignment} is not graded yet: run grade {args.assignment} first")
-        write_feedback_pages(args.root, db_url, args.assignment, _students(args.students))
+        unrendered = write_feedback_pages(args.root, db_url, args.assignment, _students(args.students))
     print(f"feedback written to {Path(args.root).resolve() / FEEDBACK}")
+    if unrendered:
+        from ..core.untrusted import printable
+
+        print(f"no autograded notebook, page left as it was: {', '.join(map(printable, unrendered))} "
+              f"(grade {args.assignment} --force --students ... renders it again)")
 
 
 def cmd_export(args):

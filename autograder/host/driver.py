@@ -553,7 +553,10 @@ def write_feedback_pages(root, db_url, assignment, students=None):
     """Render the feedback pages of ``students`` (default: everyone with an autograded
     notebook) from the class gradebook: its scores, manual ones included, and its late
     penalties, as ``feedback`` does after manual grading; pages are polished
-    (:func:`autograder.worker.feedback.polish`)."""
+    (:func:`autograder.worker.feedback.polish`). Returns the students of the gradebook
+    (of ``students``) who have no autograded notebook to render (``nbgrader autograde
+    --force`` empties the folder before it looks for a notebook), whose page is left as
+    it was."""
     from nbgrader.converters import GenerateFeedback
     from nbgrader.coursedir import CourseDirectory
 
@@ -578,6 +581,26 @@ def write_feedback_pages(root, db_url, assignment, students=None):
             needs = {name for who, name in manual if who == student}
             page.write_text(polish(page.read_text(), nb, needs))
     install_mathjax(root / FEEDBACK)
+    return sorted(s for s in graded_students(db_url, assignment)
+                  if (not students or s in students) and not has_page_source(root, s, assignment))
+
+
+def graded_students(db_url, assignment):
+    """Students with a submission of ``assignment`` in the gradebook."""
+    with open_gradebook(db_url) as gb:
+        return [sub.student_id for sub in gb.assignment_submissions(assignment)]
+
+
+def has_page_source(root, student, assignment):
+    """Whether ``student``'s page can be rendered again: an autograded notebook, or a stamp
+    that says there was none to grade (missing, unreadable: the page says why)."""
+    if list((Path(root) / AUTOGRADED / student / assignment).glob("*.ipynb")):
+        return True
+    try:
+        status = json.loads(stamp_path(root, student, assignment).read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status in (Status.MISSING, Status.UNREADABLE)
 
 
 def unwritable(error):

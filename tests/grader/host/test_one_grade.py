@@ -167,6 +167,7 @@ def term(tmp_path_factory):
     seen["stock"] = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "autograde", AID,
                                     "--student", "cyd", "--force"], cwd=root, env=env,
                                    capture_output=True, text=True, timeout=600)
+    seen["feedback after stock"] = cli(root, "feedback", AID).stdout
     return seen
 
 
@@ -237,3 +238,6 @@ def test_stock_nbgrader_does_not_find_a_renamed_notebook_as_the_readme_says(term
     assert "No notebooks found" in term["stock"].stdout + term["stock"].stderr
     readme = " ".join((REPO / "autograder" / "README.md").read_text().split())
     assert "only a notebook named as the source's" in readme and "No notebooks found" in readme
+    # its --force emptied cyd's autograded folder: feedback says whose page it could not render
+    assert ("no autograded notebook, page left as it was: cyd (grade toy --force --students ... "
+            "renders it again)") in term["feedback after stock"]
