@@ -165,6 +165,10 @@ def cmd_export(args):
     assignments = [args.assignment] if args.assignment else source_assignments(args.root)
     with course_lock(args, db_url, assignments):
         graded = settle_scores(args, db_url, assignments)
+        if not graded:  # not an error: the term has only just begun
+            print(f"nothing to export yet: {', '.join(assignments) or 'no assignment'} not graded; "
+                  f"{to} not written")
+            return
         try:
             if args.lms:
                 export_lms(db_url, to, args.lms, graded)

@@ -334,6 +334,26 @@ def test_the_archive_of_another_assignment_is_refused_whole(two_assignments):
     assert run(course, "canvas", zip_path).returncode == 0   # it is toy's: collected as toy
 
 
+def test_collect_01_rope_given_the_06_download_refuses_it(course):
+    """The issue's case, on the course's own notebooks: students' 06 notebooks (solved and
+    untouched) are not 01-rope's, though their grade ids (p1_solution...) are the same."""
+    from autograder.host.release import solved
+
+    for aid in ("01-rope", "06-flash-attention"):
+        shutil.copytree(REPO / "solutions" / aid, course / "solutions" / aid)
+    release = nbformat.read(REPO / "release" / "06-flash-attention" / "06-flash-attention.ipynb", as_version=4)
+    source = nbformat.read(course / "solutions" / "06-flash-attention" / "06-flash-attention.ipynb", as_version=4)
+    zip_path = archive(course / "06.zip", [
+        ("lovelaceada_1001_5001_06-flash-attention.ipynb", nbformat.writes(solved(release, source)).encode()),
+        ("turingalan_1002_5002_06-flash-attention.ipynb", nbformat.writes(release).encode())])
+    done = run(course, "canvas", zip_path, assignment="01-rope")
+    assert done.returncode == 1 and not (course / "submitted").exists()
+    assert done.stderr.strip() == (f"collect: {zip_path}: its notebooks are not 01-rope's: 2 of 2 hold "
+                                   "the nbgrader cells of 06-flash-attention; nothing was collected "
+                                   "(the download of another assignment?)")
+    assert run(course, "canvas", zip_path, assignment="06-flash-attention").returncode == 0
+
+
 def test_one_students_notebook_of_another_assignment_is_skipped(two_assignments):
     course = two_assignments
     earlier = course / "submitted" / "alan" / AID

@@ -128,6 +128,7 @@ def term(tmp_path_factory):
     seen["first"] = grades_csv(root)
     seen["export"] = exported(root)
     seen["canvas"] = exported(root, "--lms", "canvas")
+    seen["toy-two only"] = cli(root, "export", "toy-two", "--lms", "canvas", "--to", "two.csv").stdout
 
     # 2. cyd, a renamed copy of ada's notebook, graded later in a run of her own
     hand_in(root, "cyd", solved(release, source), name="toy homework (final).ipynb")
@@ -183,6 +184,7 @@ def test_the_first_run_scores_and_an_ungraded_assignment_is_absent_from_exports(
     assert {r[0]: float(r[9]) for r in body if r[9]} == {s: v[0] for s, v in FIRST.items()}
     assert term["canvas"][0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", AID]
     assert {r[1]: r[5] for r in term["canvas"][2:]} == {"100": "6", "101": "2.4", "102": "", "103": ""}
+    assert term["toy-two only"].startswith("nothing to export yet: toy-two not graded")
 
 
 def test_a_copy_graded_in_a_later_run_is_flagged_on_both_rows(term):
