@@ -37,6 +37,7 @@ Students go longest-expected-first, by the time their last grading took.
 """
 
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -564,7 +565,7 @@ def write_feedback_pages(root, db_url, assignment, students=None):
     from ..worker.feedback import polish
 
     root = Path(root).resolve()
-    for student in students or ["*"]:
+    for student in [glob.escape(s) for s in students] if students else ["*"]:  # ids, not patterns
         c = course_config(root, db_url, assignment, student)
         c.BaseConverter.force = True
         GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
