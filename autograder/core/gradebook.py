@@ -7,9 +7,9 @@
   ones, as nbgrader does) and returns the submission's total;
 * :func:`standings`: every submission's :class:`Standing` (total, late penalty, lateness):
   what every output of a score reads (``grades.csv``, exports, the LMS files, the report);
-* :func:`keep_fingerprints` and :func:`class_fingerprints`: the hashed shingles of each
-  graded submission's functions (:mod:`autograder.worker.similarity`), in a table of
-  their own beside nbgrader's, so a student graded in any run is compared with the class;
+* :func:`keep_similarity`: the hashed shingles of each graded submission's functions
+  (:mod:`autograder.worker.similarity`) and the pairs found, in two tables of their own
+  beside nbgrader's, so a student graded in any run is compared with the whole class;
 * :func:`open_gradebook`: a gradebook at any SQLAlchemy URL, with a one-line error
   for a URL that cannot be one (a missing folder, a file that is not a database, a
   PostgreSQL server that cannot be reached);
@@ -396,60 +396,78 @@ def standings(db_url, assignment):
         return found
 
 
-FINGERPRINTS = "autograder_fingerprints"  # the gradebook's one table that is not nbgrader's
+FINGERPRINTS = "autograder_fingerprints"  # the gradebook's tables that are not nbgrader's
+SIMILAR = "autograder_similar"
 
 
-def _fingerprint_table(gb, db_url):
-    """The fingerprint table, created in the gradebook if it is not there yet (under the write
-    lock: runs of two assignments may meet on a new PostgreSQL gradebook)."""
-    from sqlalchemy import Column, LargeBinary, MetaData, String, Table, inspect
+def _tables(gb, db_url):
+    """``(fingerprints, similar)``, the copy detector's tables, created in the gradebook if they
+    are not there yet (under the write lock: runs of two assignments may meet on a new
+    PostgreSQL gradebook)."""
+    from sqlalchemy import Column, Float, LargeBinary, MetaData, String, Table, inspect
 
-    table = Table(FINGERPRINTS, MetaData(),
-                 Column("assignment", String(128), primary_key=True),
-                 Column("student", String(128), primary_key=True),
-                 Column("function", String(256), primary_key=True),
-                 Column("prints", LargeBinary, nullable=False))
-    if not inspect(gb.engine).has_table(FINGERPRINTS):
+    meta = MetaData()
+    prints = Table(FINGERPRINTS, meta,
+                   Column("assignment", String(128), primary_key=True),
+                   Column("student", String(128), primary_key=True),
+                   Column("function", String(256), primary_key=True),
+                   Column("prints", LargeBinary, nullable=False))
+    similar = Table(SIMILAR, meta,
+                    Column("assignment", String(128), primary_key=True),
+                    Column("student", String(128), primary_key=True),
+                    Column("other", String(128), primary_key=True),
+                    Column("function", String(256), primary_key=True),
+                    Column("share", Float, nullable=False))
+    found = inspect(gb.engine)
+    if not (found.has_table(FINGERPRINTS) and found.has_table(SIMILAR)):
         with writing(db_url):
-            table.create(gb.engine, checkfirst=True)
-    return table
+            meta.create_all(gb.engine, checkfirst=True)
+    return prints, similar
 
 
-def keep_fingerprints(db_url, assignment, students):
-    """Replace the kept fingerprints of each student of ``students`` (``{student: {function:
-    frozenset of 64-bit ints}}``; an empty dict forgets the student) for ``assignment``."""
+def keep_similarity(db_url, assignment, students, find_pairs):
+    """Keep the copy detector's record of ``assignment``: each student of ``students``
+    (``{student: {function: frozenset of 64-bit ints}}``, an empty dict for a submission with
+    nothing to compare) replaces what was kept of them, their pairs are found again against
+    the whole class kept (``find_pairs(students, kept)``, ``kept`` an iterable of
+    ``(student, function, prints)`` rows read one at a time, theirs included; it returns
+    ``[(student, other, function, share)]``), and the pairs of everyone else stay as they
+    were. Returns every kept pair of the assignment, ``student < other``.
+    """
     from array import array
 
-    from sqlalchemy import delete
+    from sqlalchemy import delete, or_, select
 
     with open_gradebook(db_url) as gb:
-        table = _fingerprint_table(gb, db_url)
+        prints, similar = _tables(gb, db_url)
+        names = list(students)
         with gb.engine.begin() as conn:
-            for student, functions in students.items():
-                conn.execute(delete(table).where(table.c.assignment == assignment,
-                                                 table.c.student == student))
-                rows = [dict(assignment=assignment, student=student, function=name,
-                             prints=array("Q", sorted(prints)).tobytes())
-                        for name, prints in functions.items()]
-                if rows:
-                    conn.execute(table.insert(), rows)
-
-
-def class_fingerprints(db_url, assignment):
-    """``{student: {function: frozenset}}`` of every kept submission of ``assignment``."""
-    from array import array
-
-    from sqlalchemy import select
-
-    found = {}
-    with open_gradebook(db_url) as gb:
-        table = _fingerprint_table(gb, db_url)
+            for start in range(0, len(names), 500):  # a bounded IN list per statement
+                chunk = names[start:start + 500]
+                conn.execute(delete(prints).where(prints.c.assignment == assignment,
+                                                  prints.c.student.in_(chunk)))
+                conn.execute(delete(similar).where(
+                    similar.c.assignment == assignment,
+                    or_(similar.c.student.in_(chunk), similar.c.other.in_(chunk))))
+            rows = [dict(assignment=assignment, student=student, function=name,
+                         prints=array("Q", sorted(found)).tobytes())
+                    for student, functions in students.items() for name, found in functions.items()]
+            if rows:
+                conn.execute(prints.insert(), rows)
         with gb.engine.connect() as conn:
-            for student, name, data in conn.execute(
-                    select(table.c.student, table.c.function, table.c.prints)
-                    .where(table.c.assignment == assignment)):
-                found.setdefault(student, {})[name] = frozenset(array("Q", bytes(data)))
-    return found
+            kept = ((student, name, frozenset(array("Q", bytes(data)))) for student, name, data in
+                    conn.execution_options(stream_results=True, yield_per=500).execute(
+                        select(prints.c.student, prints.c.function, prints.c.prints)
+                        .where(prints.c.assignment == assignment)))
+            found = find_pairs(students, kept) if students else []
+        with gb.engine.begin() as conn:
+            if found:
+                conn.execute(similar.insert(), [dict(assignment=assignment, student=a, other=b,
+                                                     function=name, share=share)
+                                                for a, b, name, share in found])
+            return sorted(tuple(row) for row in conn.execute(
+                select(similar.c.student, similar.c.other, similar.c.function, similar.c.share)
+                .where(similar.c.assignment == assignment)))
 
 
 CELL_KINDS = ("grade_cell", "solution_cell", "task_cell", "source_cell")  # nbgrader's, as SaveCells saves them

@@ -53,9 +53,9 @@ from time import monotonic
 import nbformat
 
 from ..core.cells import grade_id, is_test_cell
-from ..core.gradebook import (GradebookError, advisory_lock, check_url, class_fingerprints,
-                              copy_assignment, engine_url, is_postgres, keep_fingerprints,
-                              lock_holder, open_gradebook, record, sqlite_url, standings, writing)
+from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
+                              is_postgres, keep_similarity, lock_holder, open_gradebook, record,
+                              sqlite_url, standings, writing)
 from ..core.limits import Limits
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, load_settings
@@ -66,7 +66,7 @@ from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
 from ..worker.feedback import install_mathjax
 from ..worker.pipeline import Settings, submission_digest
-from ..worker.similarity import fingerprints, matching_pairs
+from ..worker.similarity import fingerprints, pairs_with
 from . import summary
 from .pool import LocalWorkers
 from .schedule import HostFault, TransportError, run_schedule
@@ -139,17 +139,17 @@ def flag_similar(db_url, assignment, results):
     """Flag students whose functions look copied from each other (for a human to look at),
     against the whole class: ``{student: [description]}`` of every student of ``assignment``.
 
-    Each graded result's fingerprints replace what was kept of that student
-    (:func:`autograder.core.gradebook.keep_fingerprints`: a missing or unreadable
-    submission keeps none; one whose grading failed keeps its earlier ones), then every
-    kept submission, graded in this run or an earlier one, is compared with every other
-    (:func:`autograder.worker.similarity.matching_pairs`). A pair's flag is on both
-    students' rows and goes when the two are no longer similar.
+    Each graded result's fingerprints replace what was kept of that student and are
+    compared with every kept submission of the class, graded in this run or an earlier one
+    (:func:`autograder.core.gradebook.keep_similarity` with
+    :func:`autograder.worker.similarity.pairs_with`); a missing or unreadable submission
+    keeps none, one whose grading failed keeps its earlier ones and its pairs. A pair's
+    flag is on both students' rows and goes when the two are no longer similar.
     """
-    keep_fingerprints(db_url, assignment, {r.student: fingerprints(r.functions) if r.status == Status.OK
-                                           else {} for r in results if r.status != Status.ERROR})
+    graded = {r.student: fingerprints(r.functions) if r.status == Status.OK else {}
+              for r in results if r.status != Status.ERROR}
     similar = {}
-    for student, other, function, share in matching_pairs(class_fingerprints(db_url, assignment)):
+    for student, other, function, share in keep_similarity(db_url, assignment, graded, pairs_with):
         for me, them in ((student, other), (other, student)):
             similar.setdefault(me, []).append(f"{function} ~ {them} ({share:.0%})")
     for result in results:

@@ -11,10 +11,10 @@ most of the student's 12-token windows (shingles) occur in the other one.
   ``transformer_ref`` (the public source a student could paste);
 * :func:`similar_pairs`: students of one class against each other, through an
   inverted index of shingles (linear in the class's code, not quadratic);
-* :func:`fingerprints` and :func:`matching_pairs`: the same on what is kept of each
-  graded submission (its functions' shingles, hashed: no code), so that the driver
-  compares every newly graded student with the whole class, graded in any run
-  (:class:`autograder.host.driver.Fingerprints` keeps them beside the gradebook).
+* :func:`fingerprints` and :func:`pairs_with`: the same on what is kept of each graded
+  submission (its functions' shingles, hashed: no code), so that the driver compares
+  every newly graded student with the whole class, graded in any run, in one pass over
+  what is kept (:func:`autograder.core.gradebook.keep_similarity` keeps both).
 """
 
 import ast
@@ -24,6 +24,7 @@ import io
 import keyword
 import tokenize
 from collections import Counter, defaultdict
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,31 +148,35 @@ def fingerprints(functions_):
     return {name: prints for name, prints in found.items() if prints}
 
 
-def matching_pairs(prints):
-    """Pairs of students whose functions of the same name look copied from each other.
+def pairs_with(new, kept):
+    """Pairs of students, one of them in ``new``, whose functions of the same name look copied.
 
-    ``prints`` maps student -> {function name: fingerprint} (:func:`fingerprints`).
-    Returns ``[(student, other, function, share)]``, ``student < other``, with
-    ``share >= CLASS_SHARE`` in both directions, found through an inverted index.
+    ``new`` maps student -> {function name: fingerprint} (:func:`fingerprints`); ``kept``
+    yields ``(student, function name, fingerprint)`` for the whole class, read once (rows of
+    ``new``'s students may be among them: they are skipped). Returns
+    ``[(student, other, function, share)]``, ``student < other``, with ``share >=
+    CLASS_SHARE`` in both directions. An inverted index of the new students' windows only,
+    so a run of a few late submissions costs one pass over the class, not a new index of it.
     """
-    index = defaultdict(set)       # (name, hashed window) -> students
-    for student, functions_ in prints.items():
+    index = defaultdict(list)      # hashed window -> [(new student, function name)]
+    for student, functions_ in new.items():
         for name, mine in functions_.items():
             for w in mine:
-                index[name, w].add(student)
-    pairs = []
-    for student, functions_ in prints.items():
-        for name, mine in functions_.items():
-            counts = Counter(other for w in mine for other in index[name, w] if other != student)
-            for other, common in counts.items():
-                theirs = prints[other][name]
-                if student < other and common / len(mine) >= CLASS_SHARE \
-                        and common / len(theirs) >= CLASS_SHARE:
-                    pairs.append((student, other, name, min(common / len(mine), common / len(theirs))))
-    return sorted(pairs)
+                index[w].append((student, name))
+    pairs = {}
+    rows = [(s, n, p) for s, f in new.items() for n, p in f.items()]  # new against new, once
+    for other, name, theirs in chain(rows, (row for row in kept if row[0] not in new)):
+        counts = Counter(hit for w in theirs if w in index for hit in index[w]
+                         if hit[1] == name and hit[0] != other)
+        for (student, _), common in counts.items():
+            mine = new[student][name]
+            if common / len(mine) >= CLASS_SHARE and common / len(theirs) >= CLASS_SHARE:
+                a, b = sorted((student, other))
+                pairs[a, b, name] = min(common / len(mine), common / len(theirs))
+    return sorted((a, b, name, share) for (a, b, name), share in pairs.items())
 
 
 def similar_pairs(solutions):
-    """:func:`matching_pairs` of students' sources: ``solutions`` maps student ->
+    """:func:`pairs_with` of students' sources, all of them new: ``solutions`` maps student ->
     {function name: source}."""
-    return matching_pairs({student: fingerprints(f) for student, f in solutions.items()})
+    return pairs_with({student: fingerprints(f) for student, f in solutions.items()}, ())

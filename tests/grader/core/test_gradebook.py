@@ -259,11 +259,12 @@ def test_a_dropped_gradebook_leaves_no_engine_behind(db):
         assert second.find_assignment("toy").name == "toy"
 
 
-def test_fingerprints_are_kept_per_student_and_replaced_by_a_regrade(tmp_path):
-    """What the copy detector keeps of a class: hashed shapes, one student at a time; a
-    re-grade replaces a student's, an empty dict forgets them; other assignments untouched."""
-    from autograder.core.gradebook import class_fingerprints, keep_fingerprints
-    from autograder.worker.similarity import fingerprints, matching_pairs
+def test_similarity_is_kept_per_student_and_found_again_for_those_graded(tmp_path):
+    """What the copy detector keeps of a class: hashed shapes and pairs, one student at a time;
+    a student graded again (or in a later run) is compared with the whole class kept, a pair
+    goes with its student's re-grade, other assignments are untouched."""
+    from autograder.core.gradebook import keep_similarity
+    from autograder.worker.similarity import fingerprints, pairs_with
 
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     copied = ("def softmax(xs):\n    m = max(xs)\n    e = [math.exp(x - m) for x in xs]\n"
@@ -271,15 +272,18 @@ def test_fingerprints_are_kept_per_student_and_replaced_by_a_regrade(tmp_path):
     own = ("def softmax(xs):\n    top = max(xs)\n    weights = []\n    for value in xs:\n"
            "        weights.append(math.exp(value - top))\n    total = sum(weights)\n"
            "    return [w / total for w in weights]\n")
-    keep_fingerprints(url, "toy", {"ann": fingerprints({"softmax": copied}),
-                                   "ben": fingerprints({"softmax": copied.replace("xs", "values")})})
-    keep_fingerprints(url, "other", {"ann": fingerprints({"softmax": copied})})
-    keep_fingerprints(url, "toy", {"cat": fingerprints({"softmax": own})})  # a later run
-    kept = class_fingerprints(url, "toy")
-    assert sorted(kept) == ["ann", "ben", "cat"] and kept["ann"]["softmax"] == fingerprints({"softmax": copied})["softmax"]
-    assert [p[:3] for p in matching_pairs(kept)] == [("ann", "ben", "softmax")]
-    keep_fingerprints(url, "toy", {"ben": fingerprints({"softmax": own})})   # ben re-graded
-    assert [p[:3] for p in matching_pairs(class_fingerprints(url, "toy"))] == [("ben", "cat", "softmax")]
-    keep_fingerprints(url, "toy", {"cat": {}})                                # cat: nothing to keep
-    assert sorted(class_fingerprints(url, "toy")) == ["ann", "ben"]
-    assert sorted(class_fingerprints(url, "other")) == ["ann"]
+
+    def keep(assignment, **students):
+        found = keep_similarity(url, assignment, {s: fingerprints(f) for s, f in students.items()},
+                                pairs_with)
+        return [pair[:3] for pair in found]
+
+    assert keep("toy", ann={"softmax": copied}) == []
+    assert keep("other", ann={"softmax": copied}, ben={"softmax": copied}) == [("ann", "ben", "softmax")]
+    assert keep("toy", cat={"softmax": own}) == []                          # a later run
+    assert keep("toy", ben={"softmax": copied.replace("xs", "values")}) == [("ann", "ben", "softmax")]
+    assert keep("toy", dan={"softmax": own}) == [("ann", "ben", "softmax"), ("cat", "dan", "softmax")]
+    assert keep("toy", ben={"softmax": own}) == [("ben", "cat", "softmax"), ("ben", "dan", "softmax"),
+                                                 ("cat", "dan", "softmax")]   # ann: no longer
+    assert keep("toy", cat={}, dan={}) == []                                   # nothing to compare
+    assert keep("toy") == [] and keep("other") == [("ann", "ben", "softmax")]
