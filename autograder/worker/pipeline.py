@@ -322,7 +322,8 @@ def grade_student(settings, student, workdir, db_url, submission=None):
                 executed = nbformat.read(graded, as_version=4)
                 result.events += [LimitEvent.from_dict(e) for e in events(executed)]
                 result.flags += [f for f in flags(executed) if f not in result.flags]  # judged calls
-            apply_late_policy(db_url, settings.assignment, settings.course)
+            late = apply_late_policy(db_url, settings.assignment, settings.course)
+            result.page_penalty = late[INTERNAL_ID].penalty if INTERNAL_ID in late else 0.0
             c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
             c.CourseDirectory.feedback_directory = str(out / FEEDBACK)

@@ -105,7 +105,7 @@ def test_grades_csv_holds_no_formula_and_rewrites_add_no_apostrophe(tmp_path):
     for row in first[1:]:
         assert float(row[header.index("score")]) in SCORES.values()
         assert float(row[header.index("seconds")]) == 1.5
-        assert row[header.index("error")].startswith("'=HYPERLINK")
+        assert row[header.index("message")].startswith("'=HYPERLINK") and row[header.index("error")] == ""
         assert row[header.index("flags")] == "'-flag" and row[header.index("tampered")] == "'@cell"
     # another assignment's run reads the file back and rewrites it: the first rows stay as they were
     write_csv(path, "02-gqa", [hostile_result(s, 0.0) for s in STUDENTS[:2]])

@@ -67,7 +67,8 @@ def test_roster_command_escapes_what_it_lists(tmp_path):
     (tmp_path / "solutions" / "toy").mkdir(parents=True)
     (tmp_path / "solutions" / "toy" / "toy.ipynb").write_bytes(
         (REPO / "tests" / "fixtures" / "course" / "solutions" / "toy" / "toy.ipynb").read_bytes())
-    (tmp_path / "roster.csv").write_text("student_id,name\n\x1b]0;pwned\x07ada,Ada\nbob\u202e,Bob\n")
+    (tmp_path / "roster.csv").write_text("student_id,name,email,lms_id\n\x1b]0;pwned\x07ada,Ada,,\n"
+                                        "bob\u202e,Bob,,\n")
     done = subprocess.run([sys.executable, "-m", "autograder", "roster", "--root", str(tmp_path),
                            "--check", "toy"], capture_output=True, text=True, cwd=REPO, timeout=300,
                           errors="surrogateescape")
