@@ -10,9 +10,16 @@ student from each file name) for the two layouts an LMS gives its bulk download:
 * **Moodle**: ``Full Name_<id>_assignsubmission_file_/<file name>`` (one folder per
   student), or the same without the ``/`` (all files in one folder).
 
-Each ``*.ipynb`` file goes to the roster student (``roster.csv``, read with
-:func:`autograder.host.roster.read_roster`) whose ``lms_id`` is the id in the name, else
-whose name it is (only when exactly one roster student has it). The student's folder
+**Whose file it is never depends on what the student named it.** A name is parsed anchored at
+the start of the entry's path, which is the LMS's own part: the student's name and id as the
+LMS wrote them; whatever follows (the student's file name, or folders they uploaded) is only a
+file name, so ``Ada Lovelace_0_assignsubmission_file_01-rope.ipynb`` in Eve's folder is Eve's
+file. Each ``*.ipynb`` file goes to the roster student (``roster.csv``, read with
+:func:`autograder.host.roster.read_roster`) whose ``lms_id`` is the id in the name; else, by
+name, to the one roster student of that name, and only when that student has no ``lms_id`` (a
+student with one is found by it alone: a name never overrides an id). Ambiguity is an error
+naming the entries: a name that fits several roster students, or one student reached by
+entries with different ids. The student's folder
 ``submitted/<student>/<assignment>/`` is replaced by their files (as ``zip_collect``
 clears it) and a ``timestamp.txt``: the newest archive-entry time of their files (zip
 times carry no zone: taken as UTC), as nbgrader's collection writes it; each file keeps
@@ -62,8 +69,8 @@ class Lms(StrEnum):
 LAYOUTS = {
     Lms.CANVAS: re.compile(r"^(?P<name>[^_/]+?)(?:_late)?_(?P<id>\d+)_\d+_(?P<file>[^/]+)$",
                            re.IGNORECASE),
-    Lms.MOODLE: re.compile(r"^(?:.*/)?(?P<name>[^/]+?)_(?P<id>\d+)_assignsubmission_[a-z]+_/?"
-                           r"(?P<file>[^/]+)$"),
+    Lms.MOODLE: re.compile(r"^(?P<name>[^/]+?)_(?P<id>\d+)_assignsubmission_[a-z]+_"
+                           r"(?:/(?:.*/)?)?(?P<file>[^/]+)$"),
 }
 
 
@@ -116,7 +123,10 @@ def collect(archive: Path, lms: Lms, assignment: str, root: Path,
                                    f"{bounds.entries} collect takes")
             for info in infos:
                 check_entry(archive, info)
-            plan, unmatched, skipped = assign(infos, lms, assignment, roster)
+            try:
+                plan, unmatched, skipped = assign(infos, lms, assignment, roster)
+            except ArchiveError as error:
+                raise ArchiveError(f"{archive}: {error}") from None
             staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=root))
             try:
                 skipped += extract(zf, archive, plan, staging, bounds)
@@ -154,14 +164,35 @@ def check_entry(archive, info):
         raise ArchiveError(f"{archive}: entry '{shown}' is encrypted")
 
 
+def owner(match, by_id, by_name, entry):
+    """The roster student an entry's LMS part names (see the module's docstring), or None.
+
+    ArchiveError when its name fits several roster students and its id none.
+    """
+    if match["id"] in by_id:
+        return by_id[match["id"]]
+    named = by_name.get(squeeze(match["name"]), ())
+    if len(named) > 1:
+        raise ArchiveError(f"entry '{printable(entry)}': its name fits {len(named)} roster students "
+                           f"({', '.join(printable(s) for s in sorted(named))}) and its id "
+                           f"{match['id']} none of them: give them their lms_id in the roster")
+    return next(iter(named), None)
+
+
 def assign(infos, lms, assignment, roster):
     """``(plan, unmatched, skipped)``: ``{(student, name): (Collected, ZipInfo)}`` of the
-    newest entry for each file a roster student gets, and the entries that get none."""
+    newest entry for each file a roster student gets, and the entries that get none.
+
+    ArchiveError (naming the entries) when whose an entry is cannot be told (see above).
+    """
     by_id = {e.lms_id: e.student_id for e in roster if e.lms_id}
     by_name = {}
     for entry in roster:
+        if entry.lms_id:  # found by the id alone
+            continue
         for key in name_keys(entry, lms):
             by_name.setdefault(key, set()).add(entry.student_id)
+    ids_of = {}  # student -> {id in the path: an entry with it}
     plan, unmatched, skipped = {}, [], []
     for info in infos:
         if info.is_dir():
@@ -174,13 +205,16 @@ def assign(infos, lms, assignment, roster):
         if match is None:
             unmatched.append(entry)
             continue
-        named = by_name.get(squeeze(match["name"]), set())
-        student = by_id.get(match["id"]) or (next(iter(named)) if len(named) == 1 else None)
+        student = owner(match, by_id, by_name, entry)
         if student is None:
             unmatched.append(entry)
             continue
-        found = Collected(student, safe_name(match["file"], assignment), entry,
-                          datetime(*info.date_time, tzinfo=timezone.utc))
+        ids_of.setdefault(student, {}).setdefault(match["id"], entry)
+        if len(ids_of[student]) > 1:
+            raise ArchiveError(f"entries {' and '.join(repr(printable(e)) for e in ids_of[student].values())} "
+                               f"both go to roster student {printable(student)} under different ids "
+                               f"({', '.join(ids_of[student])}): give them their lms_id in the roster")
+        found = Collected(student, safe_name(match["file"], assignment), entry, entry_time(info))
         key = (student, found.name)
         older = plan.get(key, (None, None))[0]
         if older is not None and older.time > found.time:
@@ -190,6 +224,16 @@ def assign(infos, lms, assignment, roster):
             skipped.append((older.entry, f"an older copy of {printable(entry)}"))
         plan[key] = (found, info)
     return plan, unmatched, skipped
+
+
+def entry_time(info):
+    """An entry's time (zip times carry no zone: UTC); ArchiveError naming the entry if it is no time."""
+    try:
+        return datetime(*info.date_time, tzinfo=timezone.utc)
+    except ValueError as error:  # the header's fields are what the archive says: 13th month, 31 Feb
+        raise ArchiveError(f"entry '{printable(info.filename)}' has no valid time "
+                           f"({'-'.join(map(str, info.date_time[:3]))} "
+                           f"{':'.join(map(str, info.date_time[3:]))}: {error})") from None
 
 
 def squeeze(text):
