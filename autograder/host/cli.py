@@ -9,7 +9,7 @@ from pathlib import Path
 from ..core.gradebook import engine_url, sqlite_path
 from ..core.limits import Limits
 from ..core.nbgrader_config import default_db_url
-from ..core.untrusted import PrintableFormatter
+from ..core.untrusted import PrintableFormatter, printable
 
 DESCRIPTION = """\
 Grade the course's nbgrader assignments at class scale.
@@ -91,7 +91,7 @@ def course_settings(args):
     try:
         return load_settings(args.root)
     except ValueError as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
 
 
 def refresh_late_penalties(args, db_url, assignments):
@@ -104,7 +104,7 @@ def refresh_late_penalties(args, db_url, assignments):
         for assignment in assignments:
             apply_late_policy(db_url, assignment, settings)
     except (ValueError, GradebookError) as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
 
 
 def existing_gradebook(args):
@@ -162,7 +162,7 @@ def cmd_export(args):
         else:
             export_csv(db_url, to, assignments)
     except (ValueError, GradebookError) as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
     print(f"exported to {to}")
 
 
