@@ -146,7 +146,7 @@ def with_csp(page):
 
 
 def install_mathjax(feedback_root):
-    """Copy MathJax 3 (script and fonts) into ``feedback_root/_mathjax`` once."""
+    """Copy MathJax 3 (script, fonts, TeX extensions, ``safe``) into ``feedback_root/_mathjax`` once."""
     from importlib.metadata import PackageNotFoundError, distribution
 
     target = Path(feedback_root) / MATHJAX_DIR
