@@ -27,6 +27,8 @@ c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 c.merge(course_config(ROOT))
 c.merge(autograde_settings())
 if "jupyter_server.serverapp" in sys.modules:  # the formgrader, in the instructor's Jupyter server
-    from autograder.core.formgrader_policy import protect_formgrader
+    from nbgrader.server_extensions.formgrader.handlers import SubmissionHandler
 
-    protect_formgrader()
+    from autograder.core.formgrader_policy import protect
+
+    protect(SubmissionHandler)

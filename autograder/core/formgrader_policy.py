@@ -17,9 +17,9 @@ run there, as the feedback pages' policy does (``autograder.worker.feedback``):
   ``<base>``. MathJax, which nbgrader loads from a CDN, is not allowed: math in the formgrader
   shows as TeX (the feedback pages render it offline).
 
-:func:`protect_formgrader` installs it on nbgrader's ``SubmissionHandler``; the course's
-``nbgrader_config.py`` calls it when it is loaded inside a Jupyter server, so every formgrader
-started from the course root gets it.
+:func:`protect` installs it on a handler class, nbgrader's ``SubmissionHandler``: the
+course's ``nbgrader_config.py`` does so when it is loaded inside a Jupyter server, so every
+formgrader started from the course root gets it (the grader itself holds no server code).
 """
 
 import base64
@@ -47,13 +47,12 @@ def submission_view_policy(page):
             "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
 
 
-def protect_formgrader():
-    """Give nbgrader's submission view :func:`submission_view_policy` (once per process)."""
-    from nbgrader.server_extensions.formgrader.handlers import SubmissionHandler
-
-    if getattr(SubmissionHandler, "_course_policy", False):
+def protect(handler_class):
+    """Make ``handler_class`` (a tornado handler that writes a submission view) send
+    :func:`submission_view_policy` of what it writes; idempotent."""
+    if getattr(handler_class, "_course_policy", False):
         return
-    write = SubmissionHandler.write
+    write = handler_class.write
 
     def write_with_policy(self, chunk):
         if isinstance(chunk, (str, bytes)):
@@ -61,5 +60,5 @@ def protect_formgrader():
             self.set_header("Content-Security-Policy", submission_view_policy(page))
         return write(self, chunk)
 
-    SubmissionHandler.write = write_with_policy
-    SubmissionHandler._course_policy = True
+    handler_class.write = write_with_policy
+    handler_class._course_policy = True

@@ -237,6 +237,10 @@ def unrendered_page(student, assignment, notebook, cause):
             f"{escape(cause)}.</p><p>Ask your instructor for your scores.</p></body></html>").encode()
 
 
+class NotGraded(Exception):
+    """nbgrader could not grade a notebook; the message is the cause it logged."""
+
+
 class _Records(logging.Handler):
     def __init__(self):
         super().__init__(logging.ERROR)
@@ -372,7 +376,7 @@ def grade_student(settings, student, workdir, db_url, submission=None):
                 except GradingHostFault:
                     raise
                 except Exception as error:  # the cause, not "Please see the above traceback"
-                    raise RuntimeError(cause_of(error, logged)) from error
+                    raise NotGraded(cause_of(error, logged)) from error
             for graded in sorted((out / AUTOGRADED).rglob("*.ipynb")):
                 executed = nbformat.read(graded, as_version=4)
                 result.events += [LimitEvent.from_dict(e) for e in events(executed)]
