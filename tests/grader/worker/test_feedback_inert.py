@@ -210,3 +210,25 @@ def test_feedback_pages_carry_a_strict_policy():
     result = StudentResult(student="s", status=Status.UNREADABLE, message='<img src=x onerror="alert(1)">')
     page = explanation_page("s", "toy", result).decode()
     assert "Content-Security-Policy" in page and hostile.active_content(page) == []
+
+
+def test_the_formgrader_policy_allows_only_the_templates_own_scripts(notebooks):
+    """The submission view's policy hashes the inline scripts that stand before the notebook
+    (nbgrader's template) and nothing after it: a script that got into the notebook would not run."""
+    import base64 as b64
+
+    from autograder.core.formgrader_policy import NOTEBOOK_START, submission_view_policy
+
+    root, nbs = notebooks
+    page = render(root, nbs["honest"], "formgrade")
+    policy = submission_view_policy(page)
+    script_src = policy.split("script-src")[1].split(";")[0]
+    assert "'unsafe-inline'" not in script_src and "'unsafe-eval'" not in script_src
+    template = page[:page.index(NOTEBOOK_START)]
+    own = re.findall(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", template, re.S)
+    assert own and all(f"'sha256-{b64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" in script_src
+                       for s in own)
+    planted = page.replace(NOTEBOOK_START, NOTEBOOK_START + "><script>window.pwned=1</script", 1)
+    digest = b64.b64encode(hashlib.sha256(b"window.pwned=1").digest()).decode()
+    assert digest not in submission_view_policy(planted) and digest not in policy
+    assert "frame-src" not in policy and "default-src 'none'" in policy and "form-action 'none'" in policy
