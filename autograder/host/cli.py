@@ -9,7 +9,7 @@ from pathlib import Path
 from ..core.gradebook import engine_url, sqlite_path
 from ..core.limits import Limits
 from ..core.nbgrader_config import default_db_url
-from ..core.untrusted import PrintableFormatter
+from ..core.untrusted import PrintableFormatter, printable
 
 DESCRIPTION = """\
 Grade the course's nbgrader assignments at class scale.
@@ -91,7 +91,7 @@ def course_settings(args):
     try:
         return load_settings(args.root)
     except ValueError as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
 
 
 def settle_scores(args, db_url, assignments):
@@ -115,9 +115,9 @@ def settle_scores(args, db_url, assignments):
                       standings=standings(db_url, assignment))
             graded.append(assignment)
     except (ValueError, GradebookError) as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
     except OSError as error:
-        sys.exit(f"cannot write {error.filename or 'grades.csv'}: {error.strerror or error}")
+        sys.exit(printable(f"cannot write {error.filename or 'grades.csv'}: {error.strerror or error}"))
     return graded
 
 
@@ -175,7 +175,7 @@ def cmd_export(args):
             else:
                 export_csv(db_url, to, graded)
         except (ValueError, GradebookError) as error:
-            sys.exit(str(error))
+            sys.exit(printable(error))
     ungraded = [a for a in assignments if a not in graded]
     print(f"exported to {to}" + (f" (not graded yet, left out: {', '.join(ungraded)})" if ungraded else ""))
 

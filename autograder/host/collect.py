@@ -10,9 +10,16 @@ student from each file name) for the two layouts an LMS gives its bulk download:
 * **Moodle**: ``Full Name_<id>_assignsubmission_file_/<file name>`` (one folder per
   student), or the same without the ``/`` (all files in one folder).
 
-Each ``*.ipynb`` file goes to the roster student (``roster.csv``, read with
-:func:`autograder.host.roster.read_roster`) whose ``lms_id`` is the id in the name, else
-whose name it is (only when exactly one roster student has it). The student's folder
+**Whose file it is never depends on what the student named it.** A name is parsed anchored at
+the start of the entry's path, which is the LMS's own part: the student's name and id as the
+LMS wrote them; whatever follows (the student's file name, or folders they uploaded) is only a
+file name, so ``Ada Lovelace_0_assignsubmission_file_01-rope.ipynb`` in Eve's folder is Eve's
+file. Each ``*.ipynb`` file goes to the roster student (``roster.csv``, read with
+:func:`autograder.host.roster.read_roster`) whose ``lms_id`` is the id in the name; else, by
+name, to the one roster student of that name, and only when that student has no ``lms_id`` (a
+student with one is found by it alone: a name never overrides an id). Ambiguity is an error
+naming the entries: a name that fits several roster students, or one student reached by
+entries with different ids. The student's folder
 ``submitted/<student>/<assignment>/`` is replaced by their files (as ``zip_collect``
 clears it) and a ``timestamp.txt``: the newest archive-entry time of their files, as
 nbgrader's collection writes it; each file keeps its entry time as its modification
@@ -81,8 +88,8 @@ class Lms(StrEnum):
 LAYOUTS = {
     Lms.CANVAS: re.compile(r"^(?P<name>[^_/]+?)(?P<late>_late)?_(?P<id>\d+)_\d+_(?P<file>[^/]+)$",
                            re.IGNORECASE),
-    Lms.MOODLE: re.compile(r"^(?:.*/)?(?P<name>[^/]+?)_(?P<id>\d+)_assignsubmission_[a-z]+_/?"
-                           r"(?P<file>[^/]+)$"),
+    Lms.MOODLE: re.compile(r"^(?P<name>[^/]+?)_(?P<id>\d+)_assignsubmission_[a-z]+_"
+                           r"(?:/(?:.*/)?)?(?P<file>[^/]+)$"),
 }
 
 
@@ -153,7 +160,10 @@ def collect(archive: Path, lms: Lms, assignment: str, root: Path,
                                    f"{bounds.entries} collect takes")
             for info in infos:
                 check_entry(archive, info)
-            plan, unmatched, skipped = assign(infos, lms, assignment, roster, archive, expected.zone)
+            try:
+                plan, unmatched, skipped = assign(infos, lms, assignment, roster, expected.zone)
+            except ArchiveError as error:
+                raise ArchiveError(f"{archive}: {error}") from None
             if not plan and unmatched:
                 raise ArchiveError(f"{archive}: none of its {len(unmatched)} notebook(s) matches a "
                                    f"roster student by lms_id or name: check the roster's "
@@ -243,9 +253,11 @@ def late_disagreements(collected, due):
     return lines
 
 
-def entry_time(archive, info, zone):
+def entry_time(info, zone):
     """When the entry was written, aware UTC: the extended timestamp's Unix time if the entry
-    has one, else its wall-clock time read in ``zone`` (ArchiveError when ``zone`` is None)."""
+    has one, else its wall-clock time read in ``zone``. ArchiveError naming the entry when that
+    time has no zone (``zone`` None) or is no time at all (the header's fields are what the
+    archive says: a 13th month, 31 February)."""
     extra = info.extra
     while len(extra) >= 4:
         kind, size = int.from_bytes(extra[:2], "little"), int.from_bytes(extra[2:4], "little")
@@ -254,10 +266,15 @@ def entry_time(archive, info, zone):
             return datetime.fromtimestamp(int.from_bytes(body[1:5], "little", signed=True), timezone.utc)
         extra = extra[4 + size:]
     if zone is None:
-        raise ArchiveError(f"{archive}: entry '{printable(info.filename)}' has a time without a time "
+        raise ArchiveError(f"entry '{printable(info.filename)}' has a time without a time "
                            "zone: declare the zone the LMS writes its zip times in, e.g. "
                            'timezone = "UTC", at the top of course.toml')
-    return datetime(*info.date_time).replace(tzinfo=zone).astimezone(timezone.utc)
+    try:
+        return datetime(*info.date_time).replace(tzinfo=zone).astimezone(timezone.utc)
+    except ValueError as error:
+        raise ArchiveError(f"entry '{printable(info.filename)}' has no valid time "
+                           f"({'-'.join(map(str, info.date_time[:3]))} "
+                           f"{':'.join(map(str, info.date_time[3:]))}: {error})") from None
 
 
 def check_entry(archive, info):
@@ -278,15 +295,36 @@ def check_entry(archive, info):
         raise ArchiveError(f"{archive}: entry '{shown}' is encrypted")
 
 
-def assign(infos, lms, assignment, roster, archive="", zone=timezone.utc):
+def owner(match, by_id, by_name, entry):
+    """The roster student an entry's LMS part names (see the module's docstring), or None.
+
+    ArchiveError when its name fits several roster students and its id none.
+    """
+    if match["id"] in by_id:
+        return by_id[match["id"]]
+    named = by_name.get(squeeze(match["name"]), ())
+    if len(named) > 1:
+        raise ArchiveError(f"entry '{printable(entry)}': its name fits {len(named)} roster students "
+                           f"({', '.join(printable(s) for s in sorted(named))}) and its id "
+                           f"{match['id']} none of them: give them their lms_id in the roster")
+    return next(iter(named), None)
+
+
+def assign(infos, lms, assignment, roster, zone=timezone.utc):
     """``(plan, unmatched, skipped)``: ``{(student, name): (Collected, ZipInfo)}`` of the
     newest entry for each file a roster student gets, and the entries that get none.
-    Entry times are :func:`entry_time`'s (``zone``: where a time without one is read)."""
+    Entry times are :func:`entry_time`'s (``zone``: where a time without one is read).
+
+    ArchiveError (naming the entries) when whose an entry is cannot be told (see above).
+    """
     by_id = {e.lms_id: e.student_id for e in roster if e.lms_id}
     by_name = {}
     for entry in roster:
+        if entry.lms_id:  # found by the id alone
+            continue
         for key in name_keys(entry, lms):
             by_name.setdefault(key, set()).add(entry.student_id)
+    ids_of = {}  # student -> {id in the path: an entry with it}
     plan, unmatched, skipped = {}, [], []
     for info in infos:
         if info.is_dir():
@@ -299,14 +337,17 @@ def assign(infos, lms, assignment, roster, archive="", zone=timezone.utc):
         if match is None:
             unmatched.append(entry)
             continue
-        named = by_name.get(squeeze(match["name"]), set())
-        student = by_id.get(match["id"]) or (next(iter(named)) if len(named) == 1 else None)
+        student = owner(match, by_id, by_name, entry)
         if student is None:
             unmatched.append(entry)
             continue
+        ids_of.setdefault(student, {}).setdefault(match["id"], entry)
+        if len(ids_of[student]) > 1:
+            raise ArchiveError(f"entries {' and '.join(repr(printable(e)) for e in ids_of[student].values())} "
+                               f"both go to roster student {printable(student)} under different ids "
+                               f"({', '.join(ids_of[student])}): give them their lms_id in the roster")
         found = Collected(student, safe_name(match["file"], assignment), entry,
-                          entry_time(archive, info, zone),
-                          bool(match.groupdict().get("late")))
+                          entry_time(info, zone), bool(match.groupdict().get("late")))
         key = (student, found.name)
         older = plan.get(key, (None, None))[0]
         if older is not None and older.time > found.time:

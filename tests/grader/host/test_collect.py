@@ -127,7 +127,7 @@ def test_canvas_files_go_to_roster_ids_with_their_entry_times(course):
 def test_moodle_folders_and_flat_files_go_to_roster_ids(course):
     zip_path = archive(course / "moodle.zip", [
         ("Ada Lovelace_1001_assignsubmission_file_/toy.ipynb", notebook("ada"), T1),
-        ("Alan Turing_77_assignsubmission_file_toy.ipynb", notebook("alan"), T2),  # by name
+        ("Alan Turing_1002_assignsubmission_file_toy.ipynb", notebook("alan"), T2),  # flat
         ("Grace  Brewster HOPPER_78_assignsubmission_file_/solution.ipynb", notebook("grace"), T1),
         ("Ada Lovelace_1001_assignsubmission_onlinetext_onlinetext.html", b"<p>hi</p>", T1),
         ("Someone Else_79_assignsubmission_file_/toy.ipynb", notebook("?"), T1),
@@ -138,6 +138,70 @@ def test_moodle_folders_and_flat_files_go_to_roster_ids(course):
     assert "not matched to the roster: Someone Else_79_assignsubmission_file_/toy.ipynb" in done.stdout
     assert (course / "submitted" / "grace" / AID / "solution.ipynb").read_bytes() == notebook("grace")
     assert (course / "submitted" / "alan" / AID / "toy.ipynb").read_bytes() == notebook("alan")
+
+
+# -- whose file it is: the LMS's part of the path, never the student's -------------------
+def add_to_roster(course, *rows):
+    with open(course / "roster.csv", "a", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+@pytest.mark.parametrize("lms, ada, eves", [
+    ("moodle", "Ada Lovelace_1001_assignsubmission_file_/toy.ipynb", [
+        "Eve Smith_1005_assignsubmission_file_/Ada Lovelace_0_assignsubmission_file_toy.ipynb",
+        "Eve Smith_1005_assignsubmission_file_/Ada Lovelace_1001_assignsubmission_file_/toy.ipynb",
+        "Eve Smith_1005_assignsubmission_file_Ada Lovelace_1001_assignsubmission_file_toy.ipynb",
+        "Eve Smith_1005_assignsubmission_file_/lovelaceada_1001_5001_more.ipynb"]),
+    ("canvas", "lovelaceada_1001_5001_toy.ipynb", [
+        "smitheve_1005_5005_lovelaceada_1001_5001_toy.ipynb",
+        "smitheve_1005_5005_Ada Lovelace_1001_assignsubmission_file_toy.ipynb"]),
+])
+def test_a_classmate_named_file_or_folder_stays_its_senders(course, lms, ada, eves):
+    """Eve names her files and folders after Ada's entries: they are Eve's files, Ada keeps hers."""
+    add_to_roster(course, ("eve", "Eve Smith", "eve@uni.edu", "1005"))
+    # Eve's entries come later (the newest copy of a name wins): the old greedy pattern gave them to Ada
+    zip_path = archive(course / f"{lms}.zip", [(ada, notebook("ada"), T1)]
+                       + [(name, notebook(f"eve {i}"), T2) for i, name in enumerate(eves)])
+    done = run(course, lms, zip_path)
+    assert done.returncode == 0, done.stderr
+    submitted = course / "submitted"
+    assert sorted(p.name for p in (submitted / "ada" / AID).iterdir()) == ["timestamp.txt", "toy.ipynb"]
+    assert (submitted / "ada" / AID / "toy.ipynb").read_bytes() == notebook("ada")
+    assert stamp("ada", course) == "2026-12-01 09:30:00.000000 UTC"
+    eve = {p.read_bytes() for p in (submitted / "eve" / AID).glob("*.ipynb")}
+    assert eve <= {notebook(f"eve {i}") for i in range(len(eves))} and eve, sorted(eve)
+    assert ada not in done.stdout, done.stdout  # never "skipped ... an older copy"
+
+
+def test_a_name_never_overrides_an_id_and_ambiguity_is_an_error(course):
+    # Alan has the LMS id 1002: an entry with his name and another id is not his
+    zip_path = archive(course / "other-id.zip", [("Alan Turing_77_assignsubmission_file_/toy.ipynb", notebook("?"))])
+    done = run(course, "moodle", zip_path)
+    assert done.returncode == 0 and not (course / "submitted" / "alan").exists()
+    assert "not matched to the roster: Alan Turing_77_assignsubmission_file_/toy.ipynb" in done.stdout
+    # Grace has no LMS id (found by name): two ids claiming her name are an error naming both entries
+    first, second = ("Grace Brewster Hopper_78_assignsubmission_file_/toy.ipynb",
+                     "Grace Brewster Hopper_79_assignsubmission_file_/toy.ipynb")
+    zip_path = archive(course / "two-ids.zip", [(first, notebook("g1")), (second, notebook("g2"))])
+    done = run(course, "moodle", zip_path)
+    assert done.returncode == 1 and first in done.stderr and second in done.stderr, done.stderr
+    assert str(zip_path) in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (course / "submitted" / "grace").exists()
+    # two roster students of one name, neither with an LMS id: an error naming the entry and both
+    add_to_roster(course, ("wei1", "Wei Zhang", "w1@uni.edu", ""), ("wei2", "Wei Zhang", "w2@uni.edu", ""))
+    entry = "Wei Zhang_80_assignsubmission_file_/toy.ipynb"
+    done = run(course, "moodle", archive(course / "same-name.zip", [(entry, notebook("w"))]))
+    assert done.returncode == 1 and entry in done.stderr and "wei1, wei2" in done.stderr, done.stderr
+    assert not (course / "submitted").exists()
+
+
+def test_an_entry_time_that_is_no_date_names_the_archive_and_the_entry(course):
+    entry = "lovelaceada_1001_5001_toy.ipynb"
+    zip_path = archive(course / "dates.zip", [(entry, notebook("ada"), (2026, 13, 1, 9, 30, 0))])
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and str(zip_path) in done.stderr and entry in done.stderr, done.stderr
+    assert "month must be in 1..12" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (course / "submitted").exists()
 
 
 def test_a_second_collection_replaces_the_folder_and_keeps_the_newest_duplicate(course):
