@@ -174,10 +174,12 @@ def test_a_classmate_named_file_or_folder_stays_its_senders(course, lms, ada, ev
 
 
 def test_a_name_never_overrides_an_id_and_ambiguity_is_an_error(course):
-    # Alan has the LMS id 1002: an entry with his name and another id is not his
-    zip_path = archive(course / "other-id.zip", [("Alan Turing_77_assignsubmission_file_/toy.ipynb", notebook("?"))])
+    # Alan has the LMS id 1002: an entry with his name and another id is not his (Ada's entry
+    # makes the archive one that matches the roster, which an archive matching nobody is not)
+    zip_path = archive(course / "other-id.zip", [("Alan Turing_77_assignsubmission_file_/toy.ipynb", notebook("?")),
+                                                 ("Ada Lovelace_1001_assignsubmission_file_/toy.ipynb", notebook("ada"))])
     done = run(course, "moodle", zip_path)
-    assert done.returncode == 0 and not (course / "submitted" / "alan").exists()
+    assert done.returncode == 0 and not (course / "submitted" / "alan").exists(), done.stderr
     assert "not matched to the roster: Alan Turing_77_assignsubmission_file_/toy.ipynb" in done.stdout
     # Grace has no LMS id (found by name): two ids claiming her name are an error naming both entries
     first, second = ("Grace Brewster Hopper_78_assignsubmission_file_/toy.ipynb",
@@ -187,6 +189,7 @@ def test_a_name_never_overrides_an_id_and_ambiguity_is_an_error(course):
     assert done.returncode == 1 and first in done.stderr and second in done.stderr, done.stderr
     assert str(zip_path) in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (course / "submitted" / "grace").exists()
+    shutil.rmtree(course / "submitted")
     # two roster students of one name, neither with an LMS id: an error naming the entry and both
     add_to_roster(course, ("wei1", "Wei Zhang", "w1@uni.edu", ""), ("wei2", "Wei Zhang", "w2@uni.edu", ""))
     entry = "Wei Zhang_80_assignsubmission_file_/toy.ipynb"
