@@ -26,7 +26,7 @@ REGISTRY = (
     Assignment("04-transformer-block", "block", "04-transformer-block"),
     Assignment("05-families", "families", "05-families"),
     Assignment("06-flash-attention", "flash", "06-flash-attention"),
-    Assignment("07-flash-triton", "flash_triton", "06-flash-attention", needs=("triton",)),
+    Assignment("07-flash-triton", "flash_triton", "06b-flash-triton", needs=("triton",)),
 )
 ASSIGNMENTS = tuple(a.id for a in REGISTRY)
 
