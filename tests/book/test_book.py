@@ -103,6 +103,77 @@ def test_chapter_has_at_least_two_figures(doc):
     assert len(images) >= 2, f"{doc}: {len(images)} image(s), a chapter needs at least 2 figures"
 
 
+# A chapter's opening line: "About 25 minutes to read · needs chapter 1". The minutes are the
+# words of its text (code cells and their outputs left out) at READING_WPM words a minute,
+# rounded up to five; READING_SLACK minutes either way let a page grow a little before the line
+# must be updated.
+READING_LINE = re.compile(r"^About (\d+) minutes to read · needs \S.*")
+READING_WPM, READING_SLACK = 150, 5
+
+
+def reading_words(doc):
+    """Words a reader reads on the chapter's page: its article text without code cells."""
+    tree = BeautifulSoup(str(article(doc)), "html.parser")
+    for cell in tree.select("div.cell, div.highlight, script, style, .headerlink"):
+        cell.decompose()
+    return len(tree.get_text(" ").split())
+
+
+@pytest.mark.parametrize("doc", TOC["Chapters"])
+def test_chapter_opens_with_its_reading_time_and_what_it_needs(doc):
+    heading = article(doc).find("h1")
+    first = heading.find_next("p")
+    text = " ".join(first.get_text(" ").split())
+    match = READING_LINE.match(text)
+    assert match, f"{doc}: the paragraph under the title should read 'About N minutes to read · needs ...', not {text!r}"
+    stated, words = int(match.group(1)), reading_words(doc)
+    computed = 5 * -(-words // (5 * READING_WPM))
+    assert abs(stated - computed) <= READING_SLACK, (
+        f"{doc}: says {stated} minutes, but {words} words at {READING_WPM} a minute take about {computed}")
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_figures_are_first_cited_in_their_order(doc):
+    """Fig. N.k is cited for the first time before Fig. N.(k+1) is: a reader never meets a later
+    figure's number first."""
+    first_cited = []
+    for link in article(doc).select("a.reference"):
+        match = re.fullmatch(r"Fig\. (\d+)\.(\d+)", " ".join(link.get_text().split()))
+        if match and int(match.group(2)) not in first_cited:
+            first_cited.append(int(match.group(2)))
+    assert first_cited == sorted(first_cited), f"{doc}: figures first cited in the order {first_cited}"
+
+
+def test_rope_chapter_maps_the_scalings_before_their_details():
+    """Chapter 1 gives one table of the six context-extension methods, each with what it changes,
+    when to use it and a cited model that uses it, before the first method's own paragraph."""
+    page_text = " ".join(article("chapters/01-rope").get_text(" ").split())
+    tables = [table for table in article("chapters/01-rope").find_all("table")
+              if "when to use it" in table.get_text(" ")]
+    assert len(tables) == 1, "chapter 1 should have one map table of the scalings"
+    rows = tables[0].select("tbody tr")
+    methods = [row.find("td").get_text(" ", strip=True) for row in rows]
+    for name in ["position interpolation", "NTK-aware", "dynamic NTK", "YaRN", "Llama 3", "LongRoPE"]:
+        assert any(name in method for method in methods), f"the map lacks {name}: {methods}"
+    for row in rows:
+        assert row.select('a[href*="bibliography.html#"]'), f"a row without a citation: {row.get_text(' ', strip=True)}"
+    table_at = page_text.index(" ".join(tables[0].get_text(" ").split()[:3]))
+    assert table_at < page_text.index("Position interpolation"), "the map should come before the methods' details"
+
+
+# Numeric answers of the exercises (Ex1 Part 4, Ex2 Parts 6 and 8, Ex4 Part 6, Ex6 Part 4), which
+# the chapters teach the method for on other numbers and must not print.
+EXERCISE_ANSWERS = ["54,410", "54410", "10,737,418,240", "1,342,177,280", "2,302,672,896",
+                    "7,087,872", "7087872", "20,000,000,000", "2e+10", "2.000e+10"]
+
+
+@pytest.mark.parametrize("doc", TOC["Chapters"])
+def test_chapters_do_not_print_the_exercises_numeric_answers(doc):
+    text = article(doc).get_text(" ")
+    printed = [answer for answer in EXERCISE_ANSWERS if answer in text]
+    assert not printed, f"{doc} prints exercise answers: {printed}"
+
+
 @pytest.mark.parametrize("path", HTML_PAGES, ids=lambda p: str(p.relative_to(HTML)))
 def test_every_image_has_real_alt_text(path):
     """Alt text must describe the image: not empty, and not the file name MyST-NB puts there."""
@@ -344,7 +415,7 @@ def test_tables_are_markdown_tables(doc):
         assert "table" in table.get("class", []), f"{doc}: a table without the theme's class"
 
 
-# What chapter 6's Triton section explains, each with the code that shows it. Every highlighted
+# What the Triton chapter (06b) explains, each with the code that shows it. Every highlighted
 # line of the kernel listings must show one of these, and each must be highlighted somewhere:
 # a change of the kernel that moves its lines under the listings' :emphasize-lines: fails here.
 TRITON_TAUGHT = {
@@ -366,9 +437,9 @@ KERNEL_LISTING = "The forward kernel, part"
 
 
 def kernel_listings():
-    """``{caption: [(line number or None, highlighted line text), ...]}`` of chapter 6's kernel listings."""
+    """``{caption: [(line number or None, highlighted line text), ...]}`` of the Triton chapter's kernel listings."""
     listings = {}
-    for block in article("chapters/06-flash-attention").select("div.literal-block-wrapper"):
+    for block in article("chapters/06b-flash-triton").select("div.literal-block-wrapper"):
         caption = block.select_one(".caption-text")
         if caption is None or KERNEL_LISTING not in caption.get_text():
             continue
@@ -385,7 +456,7 @@ def kernel_listings():
 
 def test_triton_listings_highlight_the_lines_the_prose_explains():
     listings = kernel_listings()
-    assert len(listings) == 3, f"chapter 6 should show the forward kernel in three parts: {list(listings)}"
+    assert len(listings) == 3, f"the Triton chapter should show the forward kernel in three parts: {list(listings)}"
     highlighted = [text for lines in listings.values() for _, text in lines]
     stray = [text for text in highlighted if not any(code in text for code in TRITON_TAUGHT.values())]
     assert not stray, f"highlighted kernel lines that the prose does not explain: {stray}"
@@ -398,7 +469,7 @@ def test_triton_prose_cites_highlighted_line_numbers():
     numbered = [lines for lines in kernel_listings().values() if lines and lines[0][0] is not None]
     assert len(numbered) == 1, "part 1 of the kernel listing should show line numbers"
     shown = {number for number, _ in numbered[0]}
-    text = article("chapters/06-flash-attention").get_text(" ")
+    text = article("chapters/06b-flash-triton").get_text(" ")
     cited = set()
     for first, last in re.findall(r"\(lines? (\d+)(?:-(\d+))?\)", text):
         cited.update(range(int(first), int(last or first) + 1))

@@ -238,6 +238,10 @@ def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=No
     values are appended to layer ``layer_idx`` and the queries attend to all
     ``S = cache.length(layer_idx)`` cached positions; pass the bottom-right
     ``causal_mask(T, S)`` for a multi-token step.  Returns ``(..., T, C)``.
+    RoPE rotates the interleaved pairs of :func:`apply_rope`: pair ``i`` of a head is its
+    features ``2i, 2i+1``.  Hugging Face's Llama checkpoints use the half-split layout
+    (pair ``i`` = features ``i, i + D/2``): permute each head's ``D`` columns of ``wq`` and
+    ``wk`` first (chapter 1, section 'Two layouts of the pairs, one set of scores').
     """
     x = np.asarray(x)
     check_ndim("x", x, 2)
@@ -270,6 +274,8 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
 
     ``norm`` is ``"layernorm"`` or ``"rmsnorm"``; ``eps`` defaults to 1e-5 for LayerNorm and
     1e-6 for RMSNorm.  Returns ``(..., T, C)``.
+    ``rope`` uses the interleaved pair layout, as :func:`multi_head_attention` says: Hugging
+    Face's Llama weights need each head's columns of ``wq`` and ``wk`` permuted first.
     """
     x = np.asarray(x)
     check_ndim("x", x, 2)

@@ -206,6 +206,10 @@ def multi_head_attention(x, params, n_heads, n_kv_heads=None, mask=None, rope=No
     :class:`KVCache`, ``x`` of shape ``(B, T, C)``) the rotated keys and values are appended
     to layer ``layer_idx`` and the queries attend to all ``S = cache.length(layer_idx)``
     cached positions; pass the bottom-right ``causal_mask(T, S)`` for a multi-token step.
+    RoPE rotates the interleaved pairs of :func:`apply_rope`: pair ``i`` of a head is its
+    features ``2i, 2i+1``.  Hugging Face's Llama checkpoints use the half-split layout
+    (pair ``i`` = features ``i, i + D/2``): permute each head's ``D`` columns of ``wq`` and
+    ``wk`` first (chapter 1, section 'Two layouts of the pairs, one set of scores').
     """
     _check_tensor("x", x, 2)
     positions = _positions(x, positions, cache, layer_idx)
@@ -241,6 +245,8 @@ def transformer_block(x, params, n_heads, *, norm_position="pre", mask=None, n_k
     (cross-attention only when ``memory`` is given; SwiGLU FFN when ``w3`` is in ``params``;
     ``cache``/``layer_idx`` for incremental decoding as in :func:`multi_head_attention`).
     Dropout is a training matter: :class:`TransformerBlock` adds it.
+    ``rope`` uses the interleaved pair layout, as :func:`multi_head_attention` says: Hugging
+    Face's Llama weights need each head's columns of ``wq`` and ``wk`` permuted first.
     """
     return _block(x, params, n_heads, norm_position=norm_position, mask=mask, n_kv_heads=n_kv_heads, norm=norm,
                   rope=rope, positions=positions, memory=memory, memory_mask=memory_mask, eps=eps,
