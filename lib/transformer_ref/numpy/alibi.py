@@ -35,6 +35,8 @@ __all__ = ["alibi_slopes", "alibi_bias"]
 def alibi_slopes(n_heads):
     """ALiBi's head slopes, float64 ``(n_heads,)``, largest first (Press et al. 2022).
 
+    Taught in chapter 8, section 'ALiBi beside RoPE: what each extrapolates'.
+
     ``n_heads`` a power of two: ``m_h = 2 ** (-8 h / n_heads)``, ``h = 1..n_heads``
     (8 heads: ``1/2, 1/4, ..., 1/256``). Otherwise, with ``c = 2 ** floor(log2 n_heads)``,
     the ``c`` slopes of ``c`` heads followed by ``2 ** (-8 (2j - 1) / (2c))``,
@@ -49,6 +51,8 @@ def alibi_slopes(n_heads):
 
 def alibi_bias(n_heads, T, S=None):
     """ALiBi's additive bias, float64 ``(n_heads, T, S)``: ``bias[h, i, j] = -m_h * |p_i - j|``.
+
+    Taught in chapter 8, section 'ALiBi beside RoPE: what each extrapolates'.
 
     ``m_h`` = :func:`alibi_slopes`, ``p_i = i + S - T`` the absolute position of query ``i``
     (bottom-right aligned like :func:`causal_mask`, so the last of ``T`` new tokens after a

@@ -54,6 +54,8 @@ def sliding_window_mask(T, window, S=None):
 def sink_window_mask(T, window, n_sink, S=None):
     """Attention sinks plus a causal sliding window (StreamingLLM), bool ``(T, S)``.
 
+    Taught in chapter 8, section 'Attention sinks and a streaming window'.
+
     Query ``i`` (absolute position ``p = i + S - T``) sees key ``j`` iff ``j <= p`` and
     (``j < n_sink`` or ``p - window < j``): the first ``n_sink`` keys of the sequence, which
     StreamingLLM keeps in the cache for ever because trained models park much of their

@@ -35,6 +35,8 @@ def _check_real(name, x):
 def quantize_kv(x, bits=8, axis=-1):
     """Symmetric absmax quantization of ``x`` with one scale per slice along ``axis``; ``(codes, scale)``.
 
+    Taught in chapter 8, section 'KV-cache quantization: fewer bytes per number'.
+
     ``scale = max |x| / qmax`` over ``axis`` (kept as a dimension of size 1), ``qmax = 2 ** (bits - 1) - 1``;
     ``codes = clip(round(x / scale), -qmax, qmax)`` with ``x``'s shape, int8 for ``bits <= 8``, else
     int16; ``2 <= bits <= 16``. For a cache ``(..., H_kv, S, D)``: ``axis=-1`` is per-token, ``axis=-2``
@@ -56,6 +58,8 @@ def quantize_kv(x, bits=8, axis=-1):
 
 def dequantize_kv(codes, scale):
     """``codes * scale``: the values :func:`quantize_kv` encoded, in ``scale``'s dtype and ``codes``' shape.
+
+    Taught in chapter 8, section 'KV-cache quantization: fewer bytes per number'.
 
     ``codes`` integers, ``scale`` floating and broadcastable to ``codes`` (as :func:`quantize_kv`
     returns it). Each entry is within ``scale / 2`` of the original.

@@ -58,6 +58,8 @@ def _attention_and_lse(q, k, v, mask, scale):
 def merge_attention(outs, lses):
     r"""Merge attention over disjoint key blocks: ``lse = log sum_b exp(lse_b)``, ``out = sum_b exp(lse_b - lse) out_b``.
 
+    Taught in chapter 8, section 'Flash-Decoding: many pieces for one query'.
+
     ``outs``: a sequence of ``n >= 1`` partial outputs ``(..., Dv)`` (e.g. ``(..., H, T, Dv)``), each
     normalised over its own block of keys; ``lses``: their log-sum-exps ``(..., )`` (e.g.
     ``(..., H, T)``), as ``flash_attention(..., return_lse=True)`` returns them, ``-inf`` for a block
@@ -80,6 +82,8 @@ def merge_attention(outs, lses):
 
 def flash_decoding(q, k, v, *, n_splits, mask=None, return_lse=False):
     """Split-K attention (Flash-Decoding, Dao et al. 2023): the keys in ``n_splits`` pieces, attended apart, merged.
+
+    Taught in chapter 8, section 'Flash-Decoding: many pieces for one query'.
 
     ``q (..., H, T, D)``, ``k (..., H_kv, S, D)``, ``v (..., H_kv, S, Dv)``, ``H_kv`` dividing ``H``
     (GQA: query head ``h`` reads KV head ``h // (H / H_kv)``); ``mask`` None, boolean (True = may
@@ -110,6 +114,8 @@ def flash_decoding(q, k, v, *, n_splits, mask=None, return_lse=False):
 
 def ring_attention(q, k, v, *, n_devices, causal=False):
     """Ring attention (Liu et al. 2023), simulated: ``n_devices`` hold one block each, keys travel round a ring.
+
+    Taught in chapter 8, section 'Ring attention: one sequence across devices'.
 
     ``q (..., H, T, D)``, ``k (..., H_kv, S, D)``, ``v (..., H_kv, S, Dv)`` with ``H_kv`` dividing ``H``;
     scale ``1 / sqrt(D)``. Device ``r`` holds query block ``r`` and key/value block ``r`` (both cut

@@ -16,6 +16,8 @@ __all__ = ["alibi_slopes", "alibi_bias"]
 def alibi_slopes(n_heads, *, dtype=torch.float32, device=None):
     """ALiBi's head slopes, tensor ``(n_heads,)``, largest first (Press et al. 2022).
 
+    Taught in chapter 8, section 'ALiBi beside RoPE: what each extrapolates'.
+
     ``n_heads`` a power of two: ``m_h = 2 ** (-8 h / n_heads)``, ``h = 1..n_heads`` (8 heads:
     ``1/2 .. 1/256``); otherwise the ``c = 2 ** floor(log2 n_heads)`` slopes of ``c`` heads, then
     ``2 ** (-8 (2j - 1) / (2c))``, ``j = 1..n_heads - c`` (the paper's code, BLOOM).
@@ -25,6 +27,8 @@ def alibi_slopes(n_heads, *, dtype=torch.float32, device=None):
 
 def alibi_bias(n_heads, T, S=None, *, dtype=torch.float32, device=None):
     """ALiBi's additive bias, ``(n_heads, T, S)``: ``bias[h, i, j] = -m_h * |i + S - T - j|``.
+
+    Taught in chapter 8, section 'ALiBi beside RoPE: what each extrapolates'.
 
     ``m_h`` = :func:`alibi_slopes`; bottom-right aligned like :func:`causal_mask` (``S`` defaults to
     ``T``); on the keys a causal mask keeps it is the paper's ``-m_h (p_i - j)``. Add it to the

@@ -47,6 +47,8 @@ def sliding_window_mask(T, window, S=None, *, device=None):
 def sink_window_mask(T, window, n_sink, S=None, *, device=None):
     """Attention sinks plus a causal sliding window (StreamingLLM, Xiao et al. 2024), bool ``(T, S)``.
 
+    Taught in chapter 8, section 'Attention sinks and a streaming window'.
+
     Query ``i`` (position ``p = i + S - T``) sees key ``j`` iff ``j <= p`` and
     (``j < n_sink`` or ``p - window < j``): the first ``n_sink >= 0`` keys and the
     ``window >= 1`` most recent ones, itself included (see the NumPy version).

@@ -32,6 +32,8 @@ __all__ = ["PagedKVCache"]
 class PagedKVCache:
     """Paged K and V pools ``(n_layers, n_blocks, H_kv, block_size, D)`` with a block table per sequence.
 
+    Taught in chapter 8, section 'PagedAttention: a pool of blocks'.
+
     Usage in a decoder step of sequence ``seq`` (``T_new`` new tokens, ``k, v (H_kv, T_new, D)``)::
 
         offset = cache.length(layer, seq)              # positions this sequence already holds

@@ -17,6 +17,8 @@ __all__ = ["quantize_kv", "dequantize_kv"]
 def quantize_kv(x, bits=8, axis=-1):
     """Symmetric absmax quantization with one scale per slice along ``axis``; ``(codes, scale)``.
 
+    Taught in chapter 8, section 'KV-cache quantization: fewer bytes per number'.
+
     ``scale = max |x| / qmax`` over ``axis`` (kept with size 1), ``qmax = 2 ** (bits - 1) - 1``;
     ``codes = clip(round(x / scale), -qmax, qmax)``, int8 for ``bits <= 8`` else int16,
     ``2 <= bits <= 16``. ``axis=-1``: per token, ``axis=-2``: per channel of a ``(..., S, D)`` cache.
@@ -42,6 +44,8 @@ def quantize_kv(x, bits=8, axis=-1):
 
 def dequantize_kv(codes, scale):
     """``codes * scale``: the values :func:`quantize_kv` encoded, in ``scale``'s dtype and ``codes``' shape.
+
+    Taught in chapter 8, section 'KV-cache quantization: fewer bytes per number'.
 
     ``codes`` an integer tensor, ``scale`` a floating tensor broadcastable to it; each entry is
     within ``scale / 2`` of the original.

@@ -47,6 +47,8 @@ def _attention_and_lse(q, k, v, mask, scale):
 def merge_attention(outs, lses):
     r"""Merge attention over disjoint key blocks: ``lse = log sum_b exp(lse_b)``, ``out = sum_b exp(lse_b - lse) out_b``.
 
+    Taught in chapter 8, section 'Flash-Decoding: many pieces for one query'.
+
     ``outs``: ``n >= 1`` partial outputs ``(..., Dv)`` of one shape, each normalised over its own
     keys; ``lses``: their log-sum-exps ``(...,)`` (``-inf`` for a block a row did not see). Returns
     ``(out, lse)`` of attention over the union of the blocks; rows that saw nothing give zeros
@@ -87,6 +89,8 @@ def _prepare(q, k, v):
 def flash_decoding(q, k, v, *, n_splits, mask=None, return_lse=False):
     """Split-K attention (Flash-Decoding, Dao et al. 2023): the keys in ``n_splits`` pieces, attended apart, merged.
 
+    Taught in chapter 8, section 'Flash-Decoding: many pieces for one query'.
+
     ``q (..., H, T, D)``, ``k (..., H_kv, S, D)``, ``v (..., H_kv, S, Dv)``, ``H_kv`` dividing ``H``;
     ``mask`` None, boolean (True = may attend) or additive, broadcastable to ``(..., H, T, S)``;
     scale ``1 / sqrt(D)``. The keys are cut into ``n_splits >= 1`` contiguous pieces whose sizes
@@ -112,6 +116,8 @@ def flash_decoding(q, k, v, *, n_splits, mask=None, return_lse=False):
 
 def ring_attention(q, k, v, *, n_devices, causal=False):
     """Ring attention (Liu et al. 2023), simulated: ``n_devices`` hold one block each, keys travel round a ring.
+
+    Taught in chapter 8, section 'Ring attention: one sequence across devices'.
 
     ``q (..., H, T, D)``, ``k (..., H_kv, S, D)``, ``v (..., H_kv, S, Dv)``, ``H_kv`` dividing ``H``;
     scale ``1 / sqrt(D)``. Device ``r`` holds query block ``r`` and key/value block ``r`` (``n_devices
