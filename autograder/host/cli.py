@@ -53,7 +53,7 @@ def known_assignment(root, assignment):
 
 
 def cmd_generate(args):
-    from .release import generate, source_assignments, stale_notebooks
+    from .release import generate, source_assignments, stale_notebooks, stale_selfcheck, write_selfcheck
 
     names = source_assignments(args.root) if args.all else args.assignment
     if not names:
@@ -66,6 +66,10 @@ def cmd_generate(args):
             stale += stale_notebooks(name, args.root)
         else:
             print(f"generated {generate(name, args.root, db_url=args.db)}")
+    if args.check:  # the self-check package (course.toml's self_check) is made from every assignment
+        stale += stale_selfcheck(args.root)
+    else:
+        print(f"self-check package: {write_selfcheck(args.root) or 'none (self_check = off)'}")
     for path in stale:
         print(f"stale: {path}")
     if stale:
