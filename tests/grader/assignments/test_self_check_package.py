@@ -235,3 +235,16 @@ def test_visible_mode_runs_only_what_the_student_version_shows():
     text = printed[-1]
     assert "its visible tests" in text and "FAIL p1_visible" in text
     assert "SEEN p1_hidden: 0/1" in text and "its hidden tests run only when your notebook is graded" in text
+
+
+@pytest.mark.parametrize("aid", [a for a in ("01-rope", "02-gqa-kv-cache", "03-causal-mask",
+                                             "04-transformer-block", "05-families", "06-flash-attention",
+                                             "07-flash-triton")])
+def test_exercise_page_offers_the_self_check_package(aid):
+    page = ROOT / "exercises" / f"{aid}.md"
+    assert f"<../release/{SELFCHECK_DIR}/{SELFCHECK_WHEEL}>`" in page.read_text()
+    built = ROOT / "_build" / "html" / "exercises" / f"{aid}.html"
+    if not built.is_file():
+        pytest.skip("the book is not built (make book)")
+    assert re.search(rf'class="reference download[^"]*"[^>]* href="[^"]*{re.escape(SELFCHECK_WHEEL)}"',
+                     built.read_text()), "the built page links the package"
