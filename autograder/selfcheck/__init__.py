@@ -171,13 +171,14 @@ class SelfCheck:
             fn = self.user_ns.get(name)
             if not isinstance(fn, types.FunctionType):
                 continue
-            for callee in callees(fn):
+            for callee in [name, *callees(fn)]:
                 owner = self._owner(callee)
                 if owner is None or order.index(owner) >= order.index(part):
                     continue
                 if any(not r.passed for r in self._run(owner, cache)):
                     title = self.parts[owner]["number"]
-                    notes.append(f"your `{name}` calls your `{callee}`, which fails {title}: "
+                    who = "this test" if callee == name else f"your `{name}`"
+                    notes.append(f"{who} calls your `{callee}`, which fails {title}: "
                                  f"fix {title} first")
         return list(dict.fromkeys(notes))
 

@@ -159,6 +159,8 @@ def test_a_part_that_calls_a_failing_earlier_part_says_so():
     check("p3")
     assert ("note: your `ntk_inv_freq` calls your `rope_inv_freq`, which fails Part 1: "
             "fix Part 1 first") in printed[-1]
+    assert ("note: this test calls your `rope_inv_freq`, which fails Part 1: fix Part 1 first"
+            in printed[-1]), "p3's visible test calls Part 1's function itself"
     check, _, printed = checker(edits=[("base * scale ** (head_dim / (head_dim - 2))", "base * scale")])
     check("p3")  # its own mistake: Part 1 passes, no blame
     assert "FAIL p3_hidden" in printed[-1] and "note:" not in printed[-1]
