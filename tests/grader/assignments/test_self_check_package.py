@@ -250,3 +250,13 @@ def test_exercise_page_offers_the_self_check_package(aid):
         pytest.skip("the book is not built (make book)")
     assert re.search(rf'class="reference download[^"]*"[^>]* href="[^"]*{re.escape(SELFCHECK_WHEEL)}"',
                      built.read_text()), "the built page links the package"
+
+
+def test_generate_refuses_a_bad_self_check_setting_in_one_line(tmp_path):
+    root = course(tmp_path, 'self_check = "maybe"\n')
+    done = subprocess.run([sys.executable, "-m", "autograder", "generate", "--all", "--root", str(root)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"{root / 'course.toml'}: self_check: write one of 'full', 'visible', 'off', not 'maybe'"]
+    assert not (root / "release").exists()
