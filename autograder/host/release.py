@@ -43,6 +43,11 @@ SELFCHECK_WHEEL = f"{SELFCHECK_NAME}-{SELFCHECK_VERSION}-py3-none-any.whl"
 # the grader's own modules the package is made of (paths under autograder/)
 SELFCHECK_MODULES = ("__init__.py", "judge/__init__.py", "judge/verdict.py", "kernel/__init__.py",
                      "kernel/probe.py", "selfcheck/__init__.py")
+# what a notebook's self-check set-up cell imports: a name of its own, so that the course's cell
+# never reads as student code that imports the grader (the audit's ``imports-autograder``)
+SELFCHECK_ENTRY = ('"""Check my work: ``SelfCheck`` of :mod:`autograder.selfcheck` (this package\'s '
+                   'entry point)."""\n\nfrom autograder.selfcheck import CellResult, SelfCheck  '
+                   '# noqa: F401\n')
 
 
 def source_assignments(root):
@@ -194,6 +199,7 @@ def selfcheck_files(root="."):
         return {}
     package = Path(__file__).resolve().parents[1]
     files = {f"autograder/{name}": (package / name).read_bytes() for name in SELFCHECK_MODULES}
+    files[f"{SELFCHECK_NAME}/__init__.py"] = SELFCHECK_ENTRY.encode()
     if settings.mode == "full":
         files.update({f"autograder/checks/{p.name}": p.read_bytes()
                       for p in sorted((package / "checks").glob("*.py"))})

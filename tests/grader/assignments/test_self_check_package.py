@@ -71,9 +71,9 @@ import sys
 sys.modules["nbgrader"] = None  # not in a learner's environment
 sys.path.insert(0, {str(WHEEL)!r})
 import numpy as np
-import autograder, autograder.selfcheck
+from attention_selfcheck import SelfCheck  # what the notebooks' self-check set-up cell imports
+import autograder
 assert autograder.__file__.startswith({str(WHEEL)!r}), autograder.__file__
-from autograder.selfcheck import SelfCheck
 src = {honest['source']!r}.replace("### BEGIN SOLUTION", "").replace("### END SOLUTION", "")
 ns = {{"np": np}}
 exec(src, ns)
@@ -260,3 +260,15 @@ def test_generate_refuses_a_bad_self_check_setting_in_one_line(tmp_path):
     assert done.stderr.strip().splitlines() == [
         f"{root / 'course.toml'}: self_check: write one of 'full', 'visible', 'off', not 'maybe'"]
     assert not (root / "release").exists()
+
+
+@pytest.mark.parametrize("aid", ["01-rope", "06-flash-attention"])
+def test_the_check_cells_are_not_flagged_as_student_code(aid):
+    """The audit flags student code that mentions the grader; the course's own check cells,
+    handed in unchanged, must not make every honest submission suspicious."""
+    from autograder.host.release import solved
+    from autograder.worker.audit import audit
+
+    release = nbformat.read(ROOT / "release" / aid / f"{aid}.ipynb", 4)
+    assert [c for c in release.cells if is_self_check_cell(c)]
+    assert audit(solved(release, read(source_path(aid))), release).flags == []
