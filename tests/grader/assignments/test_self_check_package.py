@@ -252,6 +252,7 @@ def test_exercise_page_offers_the_self_check_package(aid):
                      built.read_text()), "the built page links the package"
 
 
+@pytest.mark.slow  # the command line starts nbgrader: about 8 s
 def test_generate_refuses_a_bad_self_check_setting_in_one_line(tmp_path):
     root = course(tmp_path, 'self_check = "maybe"\n')
     done = subprocess.run([sys.executable, "-m", "autograder", "generate", "--all", "--root", str(root)],
