@@ -9,7 +9,9 @@ limits of ``autograder/core/limits.py``. ``nbgrader autograde`` and the formgrad
 Autograde button therefore give the scores ``python -m autograder grade`` gives. What a
 submission holds renders inert in the formgrader's submission views and in
 ``nbgrader generate_feedback``'s pages (``autograder/core/sanitize.py``): no student markup,
-output or metadata runs a script or loads anything there.
+output or metadata runs a script or loads anything there. Loaded inside a Jupyter server (the
+formgrader), it also gives the formgrader's submission view a Content-Security-Policy
+(``autograder/core/formgrader_policy.py``).
 """
 
 import os
@@ -24,3 +26,9 @@ prepare_nbgrader()  # gradebooks are created without the `alembic` command on PA
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 c.merge(course_config(ROOT))
 c.merge(autograde_settings())
+if "jupyter_server.serverapp" in sys.modules:  # the formgrader, in the instructor's Jupyter server
+    from nbgrader.server_extensions.formgrader.handlers import SubmissionHandler
+
+    from autograder.core.formgrader_policy import protect
+
+    protect(SubmissionHandler)

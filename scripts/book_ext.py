@@ -1,12 +1,19 @@
 """A small Sphinx extension for the course site (loaded from ``_config.yml``).
 
-1. An ``.ipynb`` download button on chapter pages. sphinx-book-theme offers the notebook of a
-   MyST markdown chapter only when a launch button (Binder, JupyterHub, ...) is configured, and
-   the course has none because the site is read offline. MyST-NB 1.4 also writes
+1. An ``.ipynb`` download button on chapter pages, which saves the chapter as a notebook that
+   reads and runs like the page in JupyterLab and the classic Notebook
+   (``scripts/chapter_notebook.py``), named ``<chapter>-chapter.ipynb`` so that it never has
+   the name of an exercise notebook. sphinx-book-theme offers the notebook of a MyST markdown
+   chapter only when a launch button (Binder, JupyterHub, ...) is configured, and the course
+   has none because the site is read offline; MyST-NB 1.4 also writes
    ``_build/jupyter_execute/<page>.ipynb`` *without* the outputs when they come from the
-   execution cache. So this extension merges the cached outputs into that notebook, puts it
-   next to the page's source under ``_sources/`` and tells the theme, which then lists
-   ``.ipynb`` beside ``.md`` in the download menu.
+   execution cache. So this extension merges the cached outputs into that notebook, converts
+   it with what Sphinx knows (glued values, figure and equation numbers, titles, the
+   bibliography), puts it next to the page's source under ``_sources/`` and tells the theme,
+   which then lists ``.ipynb`` beside ``.md`` in the download menu. Every download (that
+   notebook, the page sources, the ``{download}`` files) also gets ``<file>.js``, its bytes in
+   a script, so that ``_static/downloads.js`` can save it from a site opened from disk, where
+   browsers ignore the ``download`` attribute of links to text files.
 2. No Thebe. Jupyter Book always loads sphinx-thebe, whose (unused: the site has no launch
    buttons) configuration script is added twice per page in this stack, which is a JavaScript
    error ("THEBE_JS_URL has already been declared") on every page. Its event handlers and
@@ -32,9 +39,7 @@
 5. The API reference (``api.md``) documents each name once. Both backends re-export the
    functions of ``transformer_ref.counts``; autodoc would list them under each backend as well
    as under ``counts``, so they are skipped in the backend sections.
-6. Runnable outside the course repository. A downloaded chapter imports ``glue`` from
-   MyST-NB, which only the book build needs: in the download, that import falls back to a
-   ``glue`` that just shows the value. The grader's versions reach the pages as MyST
+6. Values from the lock files. The grader's versions reach the pages as MyST
    substitutions (``{{ grader_python }}``, ``{{ grader_numpy }}``, ``{{ grader_torch }}``,
    ``{{ grader_triton }}``, ``{{ wheel }}``) computed from the lock files by
    ``scripts.environment``, never typed by hand. The top-level ``launch_buttons`` and
@@ -42,6 +47,7 @@
    because ``html_theme_options`` is given in full under ``sphinx: config:``).
 """
 
+import json
 import os
 import re
 import time
@@ -61,7 +67,7 @@ from myst_nb.core.nb_to_tokens import nb_node_to_dict
 from myst_nb.core.read import create_nb_reader
 from sphinx.util import logging
 
-from scripts import bib_style
+from scripts import bib_style, chapter_notebook
 
 LOGGER = logging.getLogger(__name__)
 JOBS_VARIABLE = "BOOK_EXECUTION_JOBS"
@@ -91,28 +97,67 @@ def executed_notebook(app, pagename):
     return notebook
 
 
-MYST_NB_GLUE = "from myst_nb import glue"
-GLUE_OUTSIDE_THE_BOOK = """\
-try:
-    from myst_nb import glue  # the book build keeps glued values for the text
-except ModuleNotFoundError:  # in your own Jupyter, glue(name, value) only shows the value
-    def glue(name, variable, display=True):
-        if display:
-            from IPython.display import display as show
-            show(variable)"""
+def chapter_book(app, pagename, notebook):
+    """What Sphinx knows that chapter ``pagename`` refers to, as a :class:`chapter_notebook.Book`."""
+    env, config = app.env, app.config
+    numbers = env.toc_fignumbers
+
+    def shown(docname, kind, node_id):
+        number = numbers.get(docname, {}).get(kind, {}).get(node_id)
+        return ".".join(map(str, number)) if number else None
+
+    labels = env.domaindata["std"]["labels"]
+    figures = {label: shown(docname, "figure", node_id)
+               for label, (docname, node_id, _) in labels.items()}
+    equations = {label: shown(docname, "displaymath", f"equation-{label}") or str(number)
+                 for label, (docname, number) in env.domaindata["math"]["objects"].items()}
+    terms = {name: anchor for (kind, name), (_, anchor) in
+             env.domaindata["std"]["objects"].items() if kind == "term"}
+    folder = Path(env.doc2path(pagename)).parent
+
+    def include(path, options):
+        from sphinx.directives.code import LiteralIncludeReader
+
+        return LiteralIncludeReader(str((folder / path).resolve()), options, config).read()[0]
+
+    return chapter_notebook.Book(
+        docname=pagename, title=env.titles[pagename].astext(),
+        glue=chapter_notebook.glued_values(notebook),
+        figures={label: number for label, number in figures.items() if number},
+        equations=equations, terms=terms,
+        labels={label: (docname, node_id, title) for label, (docname, node_id, title)
+                in labels.items()},
+        titles={docname: title.astext() for docname, title in env.titles.items()},
+        citations=bibliography(app), base_url=config.html_baseurl or "",
+        figure_format=config.numfig_format.get("figure", "Fig. %s"),
+        equation_format=config.math_eqref_format or "Eq. {number}", include=include)
 
 
-def runnable_outside_the_book(notebook):
-    """``notebook`` with each ``from myst_nb import glue`` line replaced by a fallback."""
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            cell.source = "\n".join(GLUE_OUTSIDE_THE_BOOK if line.strip() == MYST_NB_GLUE
-                                    else line for line in cell.source.split("\n"))
-    return notebook
+def bibliography(app):
+    """key -> (label, Markdown text) of every entry of the book's ``.bib`` files, in the
+    bibliography's order and with its labels ("Touvron et al., 2023a"); made once a build."""
+    if getattr(app, "_course_bibliography", None) is None:
+        from pybtex.backends.markdown import Backend
+        from pybtex.database import parse_file
+
+        markdown = Backend()
+        entries = {}
+        for name in app.config.bibtex_bibfiles:
+            data = parse_file(str(Path(app.srcdir) / name))
+            for entry in bib_style.CourseStyle().format_bibliography(data).entries:
+                text = " ".join(entry.text.render(markdown).split("\n"))
+                entries[entry.key] = (entry.label, text)
+        app._course_bibliography = entries
+    return app._course_bibliography
+
+
+def download_path(pagename):
+    """``chapters/01-rope`` -> ``chapters/01-rope-chapter.ipynb`` (under ``_sources``)."""
+    return f"{pagename.rsplit('/', 1)[0]}/{chapter_notebook.download_name(pagename)}"
 
 
 def add_ipynb_download(app, pagename, templatename, context, doctree):
-    """``html-page-context`` handler; runs before the theme builds its buttons (priority 501).
+    """``html-page-context`` handler; runs before the theme builds its buttons (priority 400).
 
     Chapters only: ``run-yourself.md`` also executes (its commands are computed), but with
     the course's own code, which a reader who downloaded it would not have.
@@ -121,17 +166,93 @@ def add_ipynb_download(app, pagename, templatename, context, doctree):
             or not context.get("sourcename", "").endswith((".md", ".md.txt"))):
         return
     if executed_notebook(app, pagename) is not None:
-        context["ipynb_source"] = f"{pagename}.ipynb"
+        context["ipynb_source"] = download_path(pagename)
+
+
+def point_button_at_download(app, pagename, templatename, context, doctree):
+    """``html-page-context``, after the theme (601): its notebook button names our file even
+    where a launch button made the theme copy MyST-NB's notebook under the page's own name."""
+    if doctree is None or not context.get("ipynb_source"):
+        return
+    if not pagename.startswith("chapters/"):
+        return
+    url = f"{context['pathto']('_sources', 1)}/{download_path(pagename)}"
+
+    def visit(buttons):
+        for button in buttons:
+            if button.get("label") == "download-notebook-button":
+                button["url"] = url
+            visit(button.get("buttons", []))
+
+    visit(context.get("header_buttons", []))
 
 
 def write_ipynb_download(app, pagename, templatename, context, doctree):
-    """``html-page-context``, after the theme (whose launch buttons copy a notebook there too)."""
-    if doctree is None or context.get("ipynb_source") != f"{pagename}.ipynb":
+    """``html-page-context`` (900): write the chapter's download (``scripts/chapter_notebook.py``)."""
+    if doctree is None or not pagename.startswith("chapters/") or not context.get("ipynb_source"):
         return
     notebook = executed_notebook(app, pagename)
-    target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+    if notebook is None:
+        return
+    start = time.perf_counter()
+    target = Path(app.outdir) / "_sources" / download_path(pagename)
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(runnable_outside_the_book(notebook), target)
+    md = getattr(app, "_course_markdown", None)
+    if md is None:
+        md = app._course_markdown = chapter_notebook.markdown_parser(app.env.myst_config)
+    try:
+        download = chapter_notebook.learner_notebook(notebook, chapter_book(app, pagename, notebook),
+                                                     md)
+    except chapter_notebook.ConversionError as exc:
+        LOGGER.warning(f"{pagename}: its download notebook: {exc}", location=pagename)
+        return
+    nbformat.write(download, target)
+    offline_copy(target)
+    stale = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"  # the name before the suffix
+    stale.unlink(missing_ok=True)
+    app._course_download_seconds = (getattr(app, "_course_download_seconds", 0.0)
+                                    + time.perf_counter() - start)
+
+
+# A download link of the site opened from disk (file://): Chromium ignores ``download`` there
+# and shows a text file (.ipynb, .txt, .lock, .md) instead of saving it. _static/downloads.js
+# then loads ``<file>.js``, which hands it the file's bytes, and saves them from a data: URL.
+OFFLINE_SUFFIX = ".js"
+# Chromium's longest URL (2 MiB); a data: URL of a larger file would save nothing.
+DATA_URL_LIMIT = 2 * 1024 * 1024 - 64
+
+
+def offline_copy(path):
+    """Write ``<path>.js``: a script that passes the file's name and bytes to downloads.js."""
+    import base64
+
+    payload = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    if len(payload) > DATA_URL_LIMIT:
+        LOGGER.warning(f"{Path(path).name}: {len(payload):,} characters as a data: URL, more "
+                       f"than browsers take ({DATA_URL_LIMIT:,}): it could not be saved from a "
+                       "site opened from disk (make the file smaller)")
+    Path(f"{path}{OFFLINE_SUFFIX}").write_text(
+        f"window.courseSaveFile({json.dumps(Path(path).name)}, {json.dumps(payload)});\n",
+        encoding="ascii")
+
+
+def offline_downloads(app, exception):
+    """``build-finished``: an offline copy of every ``{download}`` file and page source
+    (written again each build: a page's source may have changed)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    seconds = getattr(app, "_course_download_seconds", None)
+    if seconds is not None:
+        LOGGER.info(f"chapter downloads converted and written in {seconds:.1f} s")
+    outdir = Path(app.outdir)
+    for _, (_, destination) in app.env.dlfiles.items():
+        path = outdir / "_downloads" / destination
+        if path.is_file():
+            offline_copy(path)
+    for docname in app.env.found_docs:   # the pages' sources (the chapters' notebooks: above)
+        path = outdir / "_sources" / f"{docname}.md"
+        if path.is_file():
+            offline_copy(path)
 
 
 def grading_substitutions(app, config):
@@ -315,7 +436,16 @@ def skip_shared_members(app, what, name, obj, skip, options):
     return None
 
 
+def converter_fingerprint():
+    """SHA-256 of the download converter's source: a config value, so that a change to it
+    makes Sphinx write every page (and so every chapter's download) again."""
+    import hashlib
+
+    return hashlib.sha256(Path(chapter_notebook.__file__).read_bytes()).hexdigest()
+
+
 def setup(app):
+    app.add_config_value("chapter_download_converter", converter_fingerprint(), "html")
     bib_style.register()
     disable_thebe(app)
     app.setup_extension("sphinx.ext.autodoc")  # its events are connected to below
@@ -326,5 +456,7 @@ def setup(app):
     app.connect("config-inited", launch_button_settings)
     app.connect("html-page-context", add_ipynb_download, priority=400)
     app.connect("html-page-context", fix_aria, priority=400)
+    app.connect("html-page-context", point_button_at_download, priority=601)
     app.connect("html-page-context", write_ipynb_download, priority=900)
+    app.connect("build-finished", offline_downloads)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -6,7 +6,10 @@ learner reads about that environment is derived here from those files, so it can
 
 * ``requirements-learner.txt``: what a learner installs to run the chapters and the
   exercises (NumPy, matplotlib, PyTorch, JupyterLab and everything they need, the lock's
-  pins), not the build and grading stack;
+  pins), not the build and grading stack; with ``LEARNER_PINS``, the lines for the systems
+  (``LEARNER_PLATFORMS`` x ``LEARNER_PYTHONS``) that need another version or one more
+  package than the Linux machine the lock was made on (``scripts/platforms.py`` resolves the
+  file for each of them);
 * the last paragraph of each source notebook's first cell (``solutions/<id>/<id>.ipynb``),
   which states the grader's versions, and the end of its set-up cell, which prints one line
   when the kernel's major.minor versions differ from them;
@@ -22,6 +25,7 @@ import importlib.metadata
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +40,60 @@ LEARNER_ROOTS = ("numpy", "matplotlib", "torch", "jupyterlab")
 LABELS = {"numpy": "NumPy", "torch": "PyTorch", "triton": "Triton"}
 HEADER_START = "**Grading environment.**"
 CHECK_START = "# The grader's versions (from the course's lock files):"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A system a learner's set-up must install on (``uv pip compile --python-platform uv``)."""
+
+    uv: str     # uv's name for it (tags and markers of the resolution)
+    label: str  # what the pages call it
+    env: tuple = ()  # (variable, value) pairs that uv needs to model it
+
+
+# Where requirements-learner.txt installs with the versions it names: resolved for every pair
+# of platform and Python by tests/book/test_platforms.py. Linux: PyTorch's wheels are
+# manylinux_2_28 (glibc 2.28, 2018); macOS: PyTorch 2.13's only wheels are for arm64 and
+# macOS 14 (none for Intel Macs).
+LEARNER_PLATFORMS = (
+    Platform("x86_64-manylinux_2_28", "Linux x86-64 (glibc 2.28 or later)"),
+    Platform("aarch64-manylinux_2_28", "Linux aarch64 (glibc 2.28 or later)"),
+    Platform("aarch64-apple-darwin", "macOS 14 or later on Apple silicon",
+             (("MACOSX_DEPLOYMENT_TARGET", "14.0"),)),
+    Platform("x86_64-pc-windows-msvc", "Windows x86-64"),
+)
+# CPython minor versions, every patch release of each (3.11.0 and up).
+LEARNER_PYTHONS = ("3.11", "3.12", "3.13")
+# Exercise 7: Triton publishes wheels for Linux only (the grader runs it on x86-64).
+TRITON_PLATFORMS = LEARNER_PLATFORMS[:2]
+# PyPI's torch is the CUDA build on Linux; this index serves the same versions CPU-only.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+@dataclass(frozen=True)
+class LearnerPin:
+    """A line of ``requirements-learner.txt`` that the lock cannot give, for the systems where
+    the PEP 508 ``marker`` holds: another version of a locked package (its lock line then
+    gets the opposite marker), or a package that the lock's Linux machine does not need."""
+
+    name: str
+    version: str
+    marker: str  # one comparison, e.g. 'sys_platform == "win32"'
+    where: str   # the systems the marker selects, in words
+    why: str     # what needs it there (a clause); none is a package a notebook imports
+
+
+LEARNER_PINS = (
+    LearnerPin("appnope", "1.0.0", 'platform_system == "Darwin"', "macOS",
+               "ipykernel uses it so that macOS does not put a busy kernel to sleep"),
+    LearnerPin("colorama", "0.4.6", 'sys_platform == "win32"', "Windows",
+               "IPython uses it for coloured text in a terminal"),
+    LearnerPin("pywinpty", "3.1.2", 'os_name == "nt"', "Windows",
+               "JupyterLab uses it for its terminals"),
+    LearnerPin("soupsieve", "2.10", 'python_full_version < "3.11.5"', "Python 3.11.0 to 3.11.4",
+               "nbconvert's beautifulsoup4 uses it, and its releases from 3.0 need Python "
+               "3.11.5, which fixed the regular expressions they rely on"),
+)
 
 
 def wheel_name(root=ROOT):
@@ -81,14 +139,66 @@ def _dependencies(name, extras=()):
     return found
 
 
-def learner_requirements(roots=LEARNER_ROOTS, pins=None):
-    """Text of ``requirements-learner.txt``: ``roots`` and all they require, pinned by the lock.
+_OPPOSITE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+def opposite(marker):
+    """The marker that holds exactly where the one-comparison ``marker`` does not."""
+    match = re.fullmatch(r'\s*(\w+)\s*(<=|>=|==|!=|<|>)\s*"([^"]*)"\s*', marker)
+    if not match:
+        raise ValueError(f"not one comparison of a variable with a quoted value: {marker!r}")
+    variable, operator, value = match.groups()
+    return f'{variable} {_OPPOSITE[operator]} "{value}"'
+
+
+def learner_differences(pins=None, learner_pins=LEARNER_PINS):
+    """The ``LEARNER_PINS`` that replace a locked version (not the platform-only packages)."""
+    pins = lock_pins(LOCKS[:1]) if pins is None else pins
+    return [pin for pin in learner_pins if canonical(pin.name) in pins]
+
+
+def requirement_lines(text):
+    """``(canonical name, version, marker or None)`` of each ``name==version`` line of ``text``."""
+    from packaging.requirements import Requirement
+
+    found = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            requirement = Requirement(line)
+            specifiers = list(requirement.specifier)
+            if len(specifiers) != 1 or specifiers[0].operator != "==":
+                raise ValueError(f"not one exact pin (name==version): {line!r}")
+            (specifier,) = specifiers
+            found.append((canonical(requirement.name), specifier.version,
+                          str(requirement.marker) if requirement.marker else None))
+    return found
+
+
+def pins_where(text, environment=None):
+    """``{canonical name: version}`` of the lines of requirements ``text`` whose marker holds in
+    the PEP 508 ``environment`` (a dict of marker variables; default: this interpreter's)."""
+    from packaging.markers import Marker
+
+    return {name: version for name, version, marker in requirement_lines(text)
+            if marker is None or Marker(marker).evaluate(environment)}
+
+
+def learner_requirements(roots=LEARNER_ROOTS, pins=None, learner_pins=LEARNER_PINS):
+    """Text of ``requirements-learner.txt``: ``roots`` and all they require, pinned by the lock,
+    and ``learner_pins`` for the systems that need them.
 
     The dependency closure is read from the metadata of the distributions installed in
     this interpreter (the course's venv, made from ``requirements.lock``), with the
-    markers evaluated for it; every name must be pinned in the lock (``KeyError``).
+    markers evaluated for it; every name must be pinned in the lock (``KeyError``). A
+    package that a notebook's version line names (``LABELS``) has the lock's version
+    everywhere (``ValueError`` otherwise).
     """
     pins = lock_pins(LOCKS[:1]) if pins is None else pins
+    extra = {canonical(pin.name): pin for pin in learner_pins}
+    if len(extra) != len(learner_pins) or set(extra) & set(LABELS):
+        raise ValueError("LEARNER_PINS: one line per package, and none for "
+                         f"{', '.join(LABELS)} (the notebooks state the grader's version)")
     todo = [(canonical(root), ()) for root in roots]
     seen = {}  # name -> the extras already followed
     while todo:
@@ -98,21 +208,49 @@ def learner_requirements(roots=LEARNER_ROOTS, pins=None):
             continue
         seen[name] = (known or set()) | set(extras)
         todo.extend(_dependencies(name, tuple(seen[name])))
-    lines = [f"{name}=={pins[name]}" for name in sorted(seen)]
+    lines = []
+    for name in sorted(set(seen) | set(extra)):
+        pin = extra.get(name)
+        if name in seen:
+            lines.append(f"{name}=={pins[name]}" + (f" ; {opposite(pin.marker)}" if pin else ""))
+        if pin:
+            lines.append(f"{name}=={pin.version} ; {pin.marker}")
     wheel = wheel_name()
     return "\n".join([
         "# What you install to run the chapters and the exercise notebooks of \"Attention, Part 2\":",
         "# NumPy, matplotlib, PyTorch and JupyterLab with everything they need, at the exact",
         "# versions the course is built and graded with (Python " + GRADING_PYTHON + ").",
-        "#   python" + GRADING_PYTHON + " -m venv attention-env",
+        *_wrapped(f"It installs on {supported_pythons()} on {supported_platforms()}:", "# "),
+        f"#   python{GRADING_PYTHON} -m venv attention-env     (or another of these Pythons)",
         "#   attention-env/bin/pip install -r requirements-learner.txt " + wheel,
-        "# The wheel is the course library transformer_ref, offered beside this file. On Linux,",
-        "# PyPI's torch is the CUDA build (several GB); the book's page \"Run the chapters",
-        "# yourself\" shows how to take the CPU build. Pins are for Linux; elsewhere pip adds",
-        "# the few platform-only packages it needs.",
+        "# (on Windows: attention-env\\Scripts\\pip). The wheel is the course library",
+        "# transformer_ref, offered beside this file. On Linux, PyPI's torch is the CUDA build",
+        "# (several GB); the book's page \"Run the chapters yourself\" shows how to take the CPU",
+        "# build. A line ending in \"; <condition>\" applies only where the condition holds:",
+        "# there the system needs another version, or one more package, of what no notebook",
+        "# imports:",
+        *[line for pin in learner_pins
+          for line in _wrapped(f"{pin.name} {pin.version} on {pin.where}: {pin.why}.", "#   ")],
         "# Generated from requirements.lock by `python -m scripts.environment --write`.",
         *lines,
     ]) + "\n"
+
+
+def supported_pythons():
+    """The Pythons ``requirements-learner.txt`` installs on, in words."""
+    return (f"CPython {_sentence_list(list(LEARNER_PYTHONS), 'or')} "
+            f"(every release from {LEARNER_PYTHONS[0]}.0)")
+
+
+def supported_platforms(platforms=LEARNER_PLATFORMS):
+    """The systems ``requirements-learner.txt`` installs on, in words."""
+    return _sentence_list([platform.label for platform in platforms])
+
+
+def _wrapped(text, prefix, width=92):
+    import textwrap
+
+    return textwrap.wrap(text, width, initial_indent=prefix, subsequent_indent=prefix + "  ")
 
 
 def _label(name):
@@ -129,16 +267,22 @@ def notebook_packages(setup_source):
             if re.search(rf"^\s*(import|from)\s+{name}\b", setup_source, re.M)]
 
 
-def header_paragraph(versions, packages):
-    """The first cell's last paragraph: the grader's versions and where to get them."""
+def header_paragraph(versions, packages, differences=()):
+    """The first cell's last paragraph: the grader's versions, where to get them, and the
+    learner's versions that may differ (``differences``: ``LearnerPin`` of locked packages)."""
     stated = ["python", "numpy", "torch", *[p for p in packages if p not in ("numpy", "torch")]]
     named = _sentence_list([f"{_label(name)} {versions[name]}" for name in stated])
     checked = _sentence_list([_label(name) for name in ["python", *packages]], "or")
+    differ = _sentence_list([f"{pin.name} {pin.version} on {pin.where}" for pin in differences])
     return (f"{HEADER_START} Your notebook is graded with {named}. The book's page *Run the "
             "chapters yourself* shows how to install exactly these versions from the files it "
             "offers (`requirements-learner.txt`"
             + (" and `requirements-triton.lock`" if "triton" in packages else "")
-            + f"). The set-up cell prints one line if your {checked} version differs from "
+            + f"), with CPython {_sentence_list(list(LEARNER_PYTHONS), 'or')}. "
+            + (f"Where a system needs it, `requirements-learner.txt` takes another version of "
+               f"a package that no notebook imports ({differ}), which cannot change your "
+               "results. " if differences else "")
+            + f"The set-up cell prints one line if your {checked} version differs from "
             "the grader's in its major or minor number.")
 
 
@@ -181,7 +325,7 @@ def stamp_notebook(nb, versions=None):
     packages = notebook_packages(code)
     setup.source = code + "\n\n" + setup_check(versions, packages)
     text = intro.source.split(HEADER_START)[0].rstrip()
-    intro.source = text + "\n\n" + header_paragraph(versions, packages)
+    intro.source = text + "\n\n" + header_paragraph(versions, packages, learner_differences())
     return nb
 
 

@@ -27,6 +27,8 @@ REGISTRY = (
     Assignment("05-families", "families", "05-families"),
     Assignment("06-flash-attention", "flash", "06-flash-attention"),
     Assignment("07-flash-triton", "flash_triton", "06-flash-attention", needs=("triton",)),
+    # the paged cache builds on chapter 2's KV cache, the split-K merge on chapter 6's online softmax
+    Assignment("08-serving", "serving", "06-flash-attention"),
 )
 ASSIGNMENTS = tuple(a.id for a in REGISTRY)
 

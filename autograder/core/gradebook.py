@@ -5,6 +5,11 @@
 * :func:`record`: the driver copies a :class:`~autograder.core.results.StudentResult`
   into the class gradebook (replacing earlier autograded scores, keeping manual
   ones, as nbgrader does) and returns the submission's total;
+* :func:`standings`: every submission's :class:`Standing` (total, late penalty, lateness):
+  what every output of a score reads (``grades.csv``, exports, the LMS files, the report);
+* :func:`keep_similarity`: the hashed shingles of each graded submission's functions
+  (:mod:`autograder.worker.similarity`) and the pairs found, in two tables of their own
+  beside nbgrader's, so a student graded in any run is compared with the whole class;
 * :func:`open_gradebook`: a gradebook at any SQLAlchemy URL, with a one-line error
   for a URL that cannot be one (a missing folder, a file that is not a database, a
   PostgreSQL server that cannot be reached);
@@ -25,6 +30,8 @@ import hashlib
 import os
 import warnings
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .results import CellScore, NotebookScores, Status, needs_manual_grade
@@ -334,6 +341,133 @@ def read_scores(db_url, assignment, student):
                 grades=tuple(CellScore(g.name, g.auto_score, g.max_score) for g in nb.grades),
                 comments=tuple((c.name, c.auto_comment) for c in nb.comments))
             for nb in sub.notebooks]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One submission's score as the gradebook holds it: the one score every output shows.
+
+    ``score``: the sum of its cells' scores, a manual score taking precedence over the
+    automatic one (nbgrader's ``SubmittedAssignment.score``); ``penalty``: the late penalty
+    stored by :func:`autograder.core.policy.apply_late_policy`, the one writer of
+    penalties; ``late``: whether it counts as late (a penalty is stored, maybe 0; inside
+    the grace period is on time); ``late_by``: how late, zero when on time; ``final``:
+    ``max(0, score - penalty)``, what every file and page shows. Times are aware UTC;
+    ``duedate`` is the student's own (extension included).
+    """
+
+    student: str
+    score: float
+    max_score: float
+    penalty: float = 0.0
+    late: bool = False
+    late_by: timedelta = timedelta(0)
+    submitted_at: datetime | None = None
+    duedate: datetime | None = None
+    needs_manual: bool = False
+
+    @property
+    def final(self) -> float:
+        return max(0.0, self.score - self.penalty)
+
+
+def _aware(moment):
+    return None if moment is None else moment.replace(tzinfo=timezone.utc)
+
+
+def standings(db_url, assignment):
+    """``{student: Standing}`` of every submission of ``assignment``; ``None`` when the
+    gradebook does not know the assignment (not graded yet)."""
+    from nbgrader.api import MissingEntry
+
+    with open_gradebook(db_url) as gb:
+        try:
+            record = gb.find_assignment(assignment)
+        except MissingEntry:
+            return None
+        found = {}
+        for sub in record.submissions:
+            late = any(nb.late_submission_penalty is not None for nb in sub.notebooks)
+            found[sub.student_id] = Standing(
+                sub.student_id, float(sub.score), float(sub.max_score),
+                float(sub.late_submission_penalty or 0.0) if late else 0.0, late,
+                timedelta(seconds=sub.total_seconds_late) if late else timedelta(0),
+                _aware(sub.timestamp), _aware(sub.duedate), bool(sub.needs_manual_grade))
+        return found
+
+
+FINGERPRINTS = "autograder_fingerprints"  # the gradebook's tables that are not nbgrader's
+SIMILAR = "autograder_similar"
+
+
+def _tables(gb, db_url):
+    """``(fingerprints, similar)``, the copy detector's tables, created in the gradebook if they
+    are not there yet (under the write lock: runs of two assignments may meet on a new
+    PostgreSQL gradebook)."""
+    from sqlalchemy import Column, Float, LargeBinary, MetaData, String, Table, inspect
+
+    meta = MetaData()
+    prints = Table(FINGERPRINTS, meta,
+                   Column("assignment", String(128), primary_key=True),
+                   Column("student", String(128), primary_key=True),
+                   Column("function", String(256), primary_key=True),
+                   Column("prints", LargeBinary, nullable=False))
+    similar = Table(SIMILAR, meta,
+                    Column("assignment", String(128), primary_key=True),
+                    Column("student", String(128), primary_key=True),
+                    Column("other", String(128), primary_key=True),
+                    Column("function", String(256), primary_key=True),
+                    Column("share", Float, nullable=False))
+    found = inspect(gb.engine)
+    if not (found.has_table(FINGERPRINTS) and found.has_table(SIMILAR)):
+        with writing(db_url):
+            meta.create_all(gb.engine, checkfirst=True)
+    return prints, similar
+
+
+def keep_similarity(db_url, assignment, students, find_pairs):
+    """Keep the copy detector's record of ``assignment``: each student of ``students``
+    (``{student: {function: frozenset of 64-bit ints}}``, an empty dict for a submission with
+    nothing to compare) replaces what was kept of them, their pairs are found again against
+    the whole class kept (``find_pairs(students, kept)``, ``kept`` an iterable of
+    ``(student, function, prints)`` rows read one at a time, theirs included; it returns
+    ``[(student, other, function, share)]``), and the pairs of everyone else stay as they
+    were. Returns every kept pair of the assignment, ``student < other``.
+    """
+    from array import array
+
+    from sqlalchemy import delete, or_, select
+
+    with open_gradebook(db_url) as gb:
+        prints, similar = _tables(gb, db_url)
+        names = list(students)
+        with gb.engine.begin() as conn:
+            for start in range(0, len(names), 500):  # a bounded IN list per statement
+                chunk = names[start:start + 500]
+                conn.execute(delete(prints).where(prints.c.assignment == assignment,
+                                                  prints.c.student.in_(chunk)))
+                conn.execute(delete(similar).where(
+                    similar.c.assignment == assignment,
+                    or_(similar.c.student.in_(chunk), similar.c.other.in_(chunk))))
+            rows = [dict(assignment=assignment, student=student, function=name,
+                         prints=array("Q", sorted(found)).tobytes())
+                    for student, functions in students.items() for name, found in functions.items()]
+            if rows:
+                conn.execute(prints.insert(), rows)
+        with gb.engine.connect() as conn:
+            kept = ((student, name, frozenset(array("Q", bytes(data)))) for student, name, data in
+                    conn.execution_options(stream_results=True, yield_per=500).execute(
+                        select(prints.c.student, prints.c.function, prints.c.prints)
+                        .where(prints.c.assignment == assignment)))
+            found = find_pairs(students, kept) if students else []
+        with gb.engine.begin() as conn:
+            if found:
+                conn.execute(similar.insert(), [dict(assignment=assignment, student=a, other=b,
+                                                     function=name, share=share)
+                                                for a, b, name, share in found])
+            return sorted(tuple(row) for row in conn.execute(
+                select(similar.c.student, similar.c.other, similar.c.function, similar.c.share)
+                .where(similar.c.assignment == assignment)))
 
 
 CELL_KINDS = ("grade_cell", "solution_cell", "task_cell", "source_cell")  # nbgrader's, as SaveCells saves them

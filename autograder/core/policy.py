@@ -14,15 +14,23 @@
 
 Semantics are nbgrader's where the two overlap: a submission is late by
 ``timestamp - duedate`` (the student's extension included) and only when that is
-more than zero; ``zero`` costs the whole score, ``none`` nothing. Times are
-compared in UTC; a time without a zone is taken to be UTC, as nbgrader does.
+more than the policy's grace period (inside it, a submission is on time everywhere:
+penalty, lists, exports, the report); ``zero`` costs the whole score, ``none``
+nothing. Times are compared in UTC. A due date without a zone is read in the
+course's declared ``timezone`` (``course.toml``) and refused without one; a
+``timestamp.txt`` without a zone is UTC, as nbgrader writes it.
+
+One score: :func:`apply_late_policy` is the one place a penalty is computed and
+written (on the gradebook's notebooks: ``None`` when on time, a number, maybe 0,
+when late); :func:`autograder.core.gradebook.standings` reads the total, the penalty
+and the lateness back for every output.
 """
 
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -114,8 +122,12 @@ class LatePolicy:
             raise ValueError("a 'none' policy takes no grace period (late work costs nothing)")
 
     @classmethod
-    def parse(cls, text: str) -> "LatePolicy":
-        """The policy spelled ``text`` (see the class docstring); one-line ValueError if bad."""
+    def parse(cls, text: str, grace: timedelta | None = None) -> "LatePolicy":
+        """The policy spelled ``text`` (see the class docstring); one-line ValueError if bad.
+
+        ``grace``: the grace period inherited (the course's) when ``text`` names none;
+        a ``none`` policy has no grace to inherit.
+        """
         head, *options = [part.strip() for part in text.strip().lower().split(",")]
         try:
             values = {}
@@ -129,7 +141,9 @@ class LatePolicy:
             if head in ("none", "zero"):
                 if "cap" in values:
                     raise ValueError(f"a {head!r} policy takes no cap")
-                return cls(head, grace=parse_duration(values.get("grace", "0")))
+                if head == "none" or "grace" in values or grace is None:
+                    return cls(head, grace=parse_duration(values.get("grace", "0")))
+                return cls(head, grace=grace)
             rate = PER_UNIT.fullmatch(head)
             if not rate:
                 raise ValueError(f"{head!r} is not none, zero or a rate such as 10%/day or 2/hour")
@@ -146,7 +160,8 @@ class LatePolicy:
                     raise ValueError(f"cap={values['cap']}: a {'percent' if percent else 'points'} "
                                      f"rate takes a cap in {'percent' if percent else 'points'} ({want})")
                 cap = float(found.group(1))
-            return cls("per-unit", float(per_unit), unit, cap, parse_duration(values.get("grace", "0")),
+            given = parse_duration(values["grace"]) if "grace" in values else grace
+            return cls("per-unit", float(per_unit), unit, cap, given or timedelta(0),
                        relative=bool(percent))
         except ValueError as error:
             raise ValueError(f"late policy {text!r}: {error}") from None
@@ -166,16 +181,18 @@ class LatePolicy:
 
 @dataclass(frozen=True)
 class Lateness:
-    """How late a submission was (``late_by``, never negative) and what it costs (``penalty``, points)."""
+    """How late a submission was (``late_by``: zero when it is on time, inside the grace
+    period included; else the whole time past the due date) and what it costs (``penalty``,
+    points)."""
 
     late_by: timedelta
     penalty: float
 
 
-def as_utc(moment: datetime) -> datetime:
-    """``moment`` as an aware UTC datetime; a naive one is taken to be UTC already."""
+def as_utc(moment: datetime, zone: tzinfo = timezone.utc) -> datetime:
+    """``moment`` as an aware UTC datetime; a naive one is read in ``zone`` (default UTC)."""
     if moment.tzinfo is None or moment.utcoffset() is None:
-        return moment.replace(tzinfo=timezone.utc)
+        return moment.replace(tzinfo=zone).astimezone(timezone.utc)
     return moment.astimezone(timezone.utc)
 
 
@@ -184,7 +201,8 @@ def penalty(policy: LatePolicy, due: datetime | None, submitted_at: datetime | N
     """The lateness of a submission handed in at ``submitted_at`` and scoring ``score``.
 
     Not late (penalty 0) without a due date or a timestamp. Otherwise ``late_by`` is
-    ``submitted_at - due`` (at least 0), and the penalty is 0 within the grace, the
+    ``submitted_at - due``, zero when that is not more than the grace (on time), and the
+    penalty is 0 within the grace, the
     whole score for ``zero``, and for ``per-unit`` ``per_unit`` per started ``unit``
     past the grace (one second past it is one unit), as points or as percent of
     ``score``, at most ``cap``, and never more than the score (a score is never
@@ -193,7 +211,9 @@ def penalty(policy: LatePolicy, due: datetime | None, submitted_at: datetime | N
     if due is None or submitted_at is None:
         return Lateness(timedelta(0), 0.0)
     late_by = max(timedelta(0), as_utc(submitted_at) - as_utc(due))
-    if policy.kind == "none" or late_by <= policy.grace or score <= 0:
+    if late_by <= policy.grace:
+        return Lateness(timedelta(0), 0.0)
+    if policy.kind == "none" or score <= 0:
         return Lateness(late_by, 0.0)
     if policy.kind == "zero":
         return Lateness(late_by, float(score))
@@ -205,14 +225,15 @@ def penalty(policy: LatePolicy, due: datetime | None, submitted_at: datetime | N
     return Lateness(late_by, float(points))
 
 
-def parse_time(text: str) -> datetime:
+def parse_time(text: str, zone: tzinfo | None = timezone.utc) -> datetime:
     """The moment ``text`` names, as an aware UTC datetime.
 
     Reads what nbgrader's ``timestamp.txt`` holds and what instructors write:
     ``2026-12-01 23:59:59.123456 UTC`` (a zone name, ``UTC``, ``GMT`` or an IANA name
     such as ``Europe/Berlin``, after a space), ``2026-12-01 23:59:59 +0100``, ISO 8601
     with an offset or ``Z`` (``2026-12-01T23:59:00+01:00``) and without one
-    (``2026-12-01T23:59``, taken as UTC). A date without a time of day is refused
+    (``2026-12-01T23:59``, read in ``zone``: UTC by default, as nbgrader writes
+    ``timestamp.txt``; ``zone=None`` refuses it). A date without a time of day is refused
     (midnight at the start of the day is rarely what a due date means).
     """
 
@@ -232,7 +253,9 @@ def parse_time(text: str) -> datetime:
     except ValueError:
         raise fail("not a date and time") from None
     if not named:
-        return as_utc(moment)
+        if moment.tzinfo is None and zone is None:
+            raise fail("no time zone, and course.toml declares no timezone")
+        return as_utc(moment, zone or timezone.utc)
     if moment.tzinfo is not None:
         raise fail("two time zones")
     try:
@@ -247,14 +270,17 @@ class CourseSettings:
     """Due dates and late policies of the course (from ``course.toml``).
 
     ``due_dates`` maps an assignment to its aware UTC due date; ``policies`` holds the
-    assignments whose policy overrides ``default_policy``; ``source`` is the file read
-    (``None`` when there was none).
+    assignments whose policy overrides ``default_policy`` (each already holding the
+    course's grace period unless it names its own); ``zone`` is the course's declared
+    ``timezone`` (``None`` when it declares none), in which times without a zone are
+    read; ``source`` is the file read (``None`` when there was none).
     """
 
     default_policy: LatePolicy = LatePolicy()
     due_dates: dict[str, datetime] = field(default_factory=dict)
     policies: dict[str, LatePolicy] = field(default_factory=dict)
     source: Path | None = None
+    zone: tzinfo | None = None
 
     def due(self, assignment: str) -> datetime | None:
         """The due date of ``assignment`` (aware, UTC), or ``None`` if it has none."""
@@ -264,28 +290,52 @@ class CourseSettings:
         """The late policy of ``assignment``: its own, else the course's."""
         return self.policies.get(assignment, self.default_policy)
 
+    def parse_policy(self, text: str) -> LatePolicy:
+        """A policy spelled ``text`` for one assignment: the course's grace unless it names one."""
+        return LatePolicy.parse(text, grace=self.default_policy.grace)
+
+    def with_policy(self, assignment: str, text: str) -> "CourseSettings":
+        """These settings with ``assignment``'s policy spelled ``text`` (``grade --late-policy``)."""
+        return replace(self, policies={**self.policies, assignment: self.parse_policy(text)})
+
 
 def toml_key(*parts: str) -> str:
     """A dotted TOML key, each part quoted where it is not a bare key."""
     return ".".join(p if re.fullmatch(r"[A-Za-z0-9_]+", p) else f'"{p}"' for p in parts)
 
 
-def read_due(value) -> datetime:
-    """A due date from TOML: a string :func:`parse_time` reads, or a TOML date-time."""
+def read_due(value, zone: tzinfo | None = None) -> datetime:
+    """A due date from TOML: a string :func:`parse_time` reads, or a TOML date-time; one
+    without a zone is read in ``zone`` (the course's ``timezone``), refused without one."""
     if isinstance(value, str):
-        return parse_time(value)
+        return parse_time(value, zone)
     if isinstance(value, datetime):
-        return as_utc(value)
+        if value.utcoffset() is None and zone is None:
+            raise ValueError(f"{value.isoformat()} has no time zone: add one (e.g. "
+                             f"{value.isoformat()}+00:00) or declare the course's timezone")
+        return as_utc(value, zone or timezone.utc)
     if isinstance(value, date):
         raise ValueError(f"{value} has no time of day (write e.g. {value}T23:59:00+00:00)")
     raise ValueError('write a date and time such as "2026-12-01T23:59:00+00:00"')
 
 
-def read_policy(value) -> LatePolicy:
-    """A late policy from TOML: a string :meth:`LatePolicy.parse` reads."""
+def read_policy(value, grace: timedelta | None = None) -> LatePolicy:
+    """A late policy from TOML: a string :meth:`LatePolicy.parse` reads (``grace``: inherited)."""
     if not isinstance(value, str):
         raise ValueError('write the policy as a string, e.g. "10%/day,cap=50%"')
-    return LatePolicy.parse(value)
+    return LatePolicy.parse(value, grace=grace)
+
+
+def read_zone(value) -> tzinfo:
+    """A time zone from TOML: an IANA name such as ``Europe/Berlin``, or ``UTC``."""
+    if not isinstance(value, str):
+        raise ValueError('write the time zone as a string, e.g. "Europe/Berlin"')
+    if value.upper() in ("UTC", "GMT", "Z"):
+        return timezone.utc
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Berlin)") from None
 
 
 def read_table(value, allowed: tuple[str, ...] | None, *key: str) -> dict:
@@ -312,12 +362,14 @@ def load_settings(root: str | Path) -> CourseSettings:
 
     The file (all of it optional)::
 
+        timezone = "Europe/Berlin"               # where times without a zone are read
         [late]
         policy = "10%/day,cap=50%,grace=1h"      # the course's policy (default: none)
 
         [assignments."01-rope"]
-        due = "2026-12-01T23:59:00+00:00"        # or a TOML date-time; no zone = UTC
-        policy = "zero"                          # this assignment's own policy
+        due = "2026-12-01T23:59:00+01:00"        # or a TOML date-time; no zone: timezone's
+        policy = "zero"                          # its own policy, with the course's grace
+                                                 # (1h here) unless it names one (zero,grace=0)
 
     No file: no due dates, policy ``none``. A bad value or an unknown key raises a
     one-line ValueError naming the file and the key.
@@ -331,19 +383,23 @@ def load_settings(root: str | Path) -> CourseSettings:
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: not valid TOML: {error}") from None
     try:
-        read_table(data, ("late", "assignments") + SELF_CHECK_KEYS)
+        read_table(data, ("timezone", "late", "assignments") + SELF_CHECK_KEYS)
+        zone = read_setting(data, "timezone", read_zone) if "timezone" in data else None
         late = read_table(data.get("late", {}), ("policy",), "late")
         default = read_setting(late, "policy", read_policy, "late") if "policy" in late else LatePolicy()
         due_dates, policies = {}, {}
         for name, table in read_table(data.get("assignments", {}), None, "assignments").items():
             read_table(table, ("due", "policy"), "assignments", name)
             if "due" in table:
-                due_dates[name] = read_setting(table, "due", read_due, "assignments", name)
+                due_dates[name] = read_setting(table, "due", lambda v: read_due(v, zone),
+                                               "assignments", name)
             if "policy" in table:
-                policies[name] = read_setting(table, "policy", read_policy, "assignments", name)
+                policies[name] = read_setting(table, "policy",
+                                              lambda v: read_policy(v, default.grace),
+                                              "assignments", name)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
-    return CourseSettings(default, due_dates, policies, path)
+    return CourseSettings(default, due_dates, policies, path, zone)
 
 
 def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) -> dict[str, Lateness]:
@@ -354,7 +410,10 @@ def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) ->
     gradebook's due date with the student's extension, its timestamp and its current
     score (manual grades included), and is stored on its notebooks the way nbgrader's
     ``AssignLatePenalties`` stores it (no more on a notebook than that notebook
-    scores; ``None`` when there is no penalty). Run it after grading and again after
+    scores), with one rule of its own: ``None`` on every notebook of a submission that
+    is on time (inside the grace period included), a number (maybe 0) on every notebook
+    of one that is late, so that every reader tells late from on time by the gradebook
+    alone (:func:`autograder.core.gradebook.standings`). Run it after grading and again after
     manual grading: a penalty in percent, or ``zero``, follows the score. Returns the
     lateness of every submission, by student id. ValueError for an unknown assignment,
     :class:`~autograder.core.gradebook.GradebookError` for a URL that cannot be a gradebook.
@@ -368,9 +427,10 @@ def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) ->
       renders shows the penalty;
     * the driver, in the class gradebook once the class is recorded
       (:func:`autograder.host.driver.finish`): extensions and earlier manual grades are
-      there, and ``grades.csv`` lists the lateness it returns;
-    * ``feedback`` and ``export`` (:func:`autograder.host.cli.refresh_late_penalties`), since
-      manual grades given since then move a penalty in percent, or ``zero``.
+      there, and ``grades.csv`` and the pages show what it stored;
+    * ``feedback``, ``export`` and ``report`` (:func:`autograder.host.cli.settle_scores`),
+      since manual grades, extensions, due dates and policies given since then move a
+      penalty.
     """
     from nbgrader.api import MissingEntry
 
@@ -388,7 +448,7 @@ def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) ->
             left = lateness.penalty
             for notebook in sorted(submission.notebooks, key=lambda nb: nb.name):
                 share = min(left, max(notebook.score, 0.0))
-                notebook.late_submission_penalty = share or None
+                notebook.late_submission_penalty = share if lateness.late_by else None
                 left -= share
             found[submission.student_id] = lateness
         gb.db.commit()

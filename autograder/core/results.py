@@ -131,6 +131,7 @@ class StudentResult:
     log: str = ""                    # the worker's log lines for this student, kept on failure
     host_fault: bool = False         # status ERROR because of the grading host (no kernel could
                                      # start): never the student's grade; the earlier one is kept
+    page_penalty: float = 0.0        # the late penalty on the feedback page the worker rendered
     # filled by the driver from the class gradebook
     score: float = 0.0
     max_score: float = 0.0
@@ -141,6 +142,14 @@ class StudentResult:
     def limits(self):
         """Sorted limit kinds this submission hit."""
         return sorted({e.kind for e in self.events})
+
+    def page_agrees(self, standing) -> bool:
+        """Whether the feedback page the worker rendered (its automatic scores, its penalty)
+        shows ``standing``, the class gradebook's (which may hold manual scores and an
+        extension the worker's scratch gradebook had not)."""
+        shown = sum(g.auto_score or 0.0 for nb in self.notebooks for g in nb.grades)
+        return (abs(shown - standing.score) < 1e-9
+                and abs(self.page_penalty - standing.penalty) < 1e-9)
 
     def manual_cells(self) -> set[str]:
         """Grade ids of the cells that await a grade by hand (:func:`needs_manual_grade`)."""

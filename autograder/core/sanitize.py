@@ -20,7 +20,21 @@ one of three doors, each an allowlist:
   meta, base or link element, no event-handler or ``style`` attribute (CSS ``url()``), links
   only to ``http``/``https``/``mailto`` or within the page, images only from ``data:image/``.
 * :func:`markdown2html`: nbconvert's own markdown renderer (math kept for MathJax,
-  attachments as ``data:`` images), then :func:`clean_html`.
+  attachments as ``data:`` images; an attachment that is missing or is not an image renders as
+  its alt text), then :func:`clean_html`.
+
+The sanitizer is always the last step: nothing transforms a submission's HTML after it. The
+templates' own chain ``markdown2html | strip_files_prefix`` would turn the relative link
+``files/javascript:...`` into ``javascript:...`` after cleaning, so :func:`strip_files_prefix`
+replaces nbconvert's filter of that name and cleans what it returns (and relative links other
+than ``#fragment`` are dropped by the cleaner in the first place).
+
+Student content cannot name the page's elements or wear its styles (the formgrader finds its
+score inputs with ``$("#" + grade_id)``, its status bar is ``#statusmessage``, Bootstrap's
+``modal-backdrop`` covers the page): every ``id`` is prefixed ``user-content-`` (as GitHub does,
+headings included), in-page links ``#x`` follow as ``#user-content-x``, no ``name`` or ``for``
+attribute is kept, and ``class`` keeps only :data:`ALLOWED_CLASSES` (the renderer's own inert
+ones: heading anchors and Pygments' token classes inside ``div.highlight``).
 
 :func:`exporter_settings` is the ``HTMLExporter`` configuration that installs them; the
 course configuration (``autograder.core.nbgrader_config.course_config``) carries it to the
@@ -50,7 +64,7 @@ TAGS = frozenset({
     "tfoot", "th", "thead", "tr", "u", "ul", "var",
 })
 ATTRIBUTES = {
-    "*": {"class", "id", "title", "lang", "dir"},
+    "*": {"id", "title", "lang", "dir"},
     "a": {"href"},
     "img": {"src", "alt", "width", "height"},
     "td": {"colspan", "rowspan", "align"},
@@ -58,6 +72,19 @@ ATTRIBUTES = {
     "ol": {"start"},
 }
 URL_SCHEMES = frozenset({"http", "https", "mailto", "data"})  # data: only on img (below)
+ID_PREFIX = "user-content-"
+
+
+def _pygments_classes():
+    from pygments.token import STANDARD_TYPES
+
+    return frozenset(name for name in STANDARD_TYPES.values() if name)
+
+
+# The only classes student content may carry: what nbconvert's markdown renderer itself writes
+# (heading anchors, highlighted code), none of which the formgrader's scripts or Bootstrap act on.
+ALLOWED_CLASSES = {"a": frozenset({"anchor-link"}), "div": frozenset({"highlight"}),
+                   "span": _pygments_classes()}
 
 
 def _attribute_filter(tag, attribute, value):
@@ -70,15 +97,40 @@ def _attribute_filter(tag, attribute, value):
     return value
 
 
+def _relative_url(url):
+    """A relative URL: only an in-page link survives, pointed at the prefixed ids."""
+    if not url.startswith("#"):
+        return None  # files/..., ../api/...: nothing on the grader's pages to link to
+    target = url[1:]
+    return url if target.startswith(ID_PREFIX) else f"#{ID_PREFIX}{target}"
+
+
 _CLEANER = nh3.Cleaner(tags=set(TAGS), attributes={k: set(v) for k, v in ATTRIBUTES.items()},
-                       url_schemes=set(URL_SCHEMES), attribute_filter=_attribute_filter,
+                       allowed_classes={k: set(v) for k, v in ALLOWED_CLASSES.items()},
+                       url_schemes=set(URL_SCHEMES), url_relative=_relative_url,
+                       id_prefix=ID_PREFIX, attribute_filter=_attribute_filter,
                        strip_comments=True, link_rel="noopener noreferrer nofollow")
 
 
 def clean_html(html):
-    """``html`` (text or bytes) with everything that could run or load removed (nh3)."""
+    """``html`` (text or bytes) with everything that could run, load or name the page removed (nh3).
+
+    Idempotent: cleaning clean HTML changes nothing (ids already prefixed stay as they are).
+    """
     text = html.decode() if isinstance(html, bytes) else str(html)
     return _CLEANER.clean(text)
+
+
+def strip_files_prefix(text):
+    """nbconvert's ``strip_files_prefix`` followed by :func:`clean_html`: the sanitizer stays last.
+
+    nbgrader's and nbconvert's templates write ``cell.source | markdown2html | strip_files_prefix``;
+    nbconvert's filter edits ``href``/``src`` after our cleaning (``files/javascript:x`` becomes
+    ``javascript:x``), so this filter replaces it in every template the course renders with.
+    """
+    from nbconvert.filters.strings import strip_files_prefix as nbconvert_strip
+
+    return clean_html(nbconvert_strip(text))
 
 
 @pass_context
@@ -90,9 +142,19 @@ def markdown2html(context, source):
     """
     from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
+    class Renderer(IPythonRenderer):
+        def _embed_image_or_attachment(self, src):
+            # nbconvert raises on a missing attachment and takes any MIME type: here an
+            # attachment that is missing or holds no image is no image (its alt text shows)
+            if src.startswith("attachment:"):
+                bundle = self.attachments.get(src[len("attachment:"):])
+                if not isinstance(bundle, dict) or not IMAGE_MIME_TYPES & set(bundle):
+                    return ""
+            return super()._embed_image_or_attachment(src)
+
     cell = context.get("cell", {})
-    renderer = IPythonRenderer(escape=False, attachments=cell.get("attachments", {}),
-                               embed_images=False, path="", anchor_link_text="¶")
+    renderer = Renderer(escape=False, attachments=cell.get("attachments", {}),
+                        embed_images=False, path="", anchor_link_text="¶")
     return clean_html(MarkdownWithMath(renderer=renderer).render(source))
 
 
@@ -132,5 +194,6 @@ def exporter_settings():
     c.HTMLExporter.skip_svg_encoding = False  # SVG as a data: image, where scripts never run
     c.HTMLExporter.preprocessors = ["autograder.core.sanitize.InertOutputs"]
     c.HTMLExporter.filters = {"clean_html": "autograder.core.sanitize.clean_html",
-                              "markdown2html": "autograder.core.sanitize.markdown2html"}
+                              "markdown2html": "autograder.core.sanitize.markdown2html",
+                              "strip_files_prefix": "autograder.core.sanitize.strip_files_prefix"}
     return c

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..core.gradebook import engine_url, sqlite_path
 from ..core.limits import Limits
 from ..core.nbgrader_config import default_db_url
-from ..core.untrusted import PrintableFormatter
+from ..core.untrusted import PrintableFormatter, printable
 
 DESCRIPTION = """\
 Grade the course's nbgrader assignments at class scale.
@@ -101,20 +101,34 @@ def course_settings(args):
     try:
         return load_settings(args.root)
     except ValueError as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
 
 
-def refresh_late_penalties(args, db_url, assignments):
-    """Recompute late penalties from the current scores (manual grades change them)."""
-    from ..core.gradebook import GradebookError
+def settle_scores(args, db_url, assignments):
+    """Recompute late penalties from the gradebook's current scores, due dates and
+    extensions (manual grades, a new due date or policy in ``course.toml`` and extensions
+    change them), then rewrite ``grades.csv``'s rows of each assignment to match: every
+    command that reads scores runs this first. Assignments not graded yet are left out;
+    the assignments graded are returned."""
+    from ..core.gradebook import GradebookError, standings
     from ..core.policy import apply_late_policy
+    from .summary import write_csv
 
     settings = course_settings(args)
+    graded = []
     try:
         for assignment in assignments:
+            if standings(db_url, assignment) is None:
+                continue
             apply_late_policy(db_url, assignment, settings)
+            write_csv(Path(args.root).resolve() / "grades.csv", assignment,
+                      standings=standings(db_url, assignment))
+            graded.append(assignment)
     except (ValueError, GradebookError) as error:
-        sys.exit(str(error))
+        sys.exit(printable(error))
+    except OSError as error:
+        sys.exit(printable(f"cannot write {error.filename or 'grades.csv'}: {error.strerror or error}"))
+    return graded
 
 
 def existing_gradebook(args):
@@ -124,35 +138,29 @@ def existing_gradebook(args):
     return db_url
 
 
-def cmd_feedback(args):
-    import nbformat
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
+def course_lock(args, db_url, assignments):
+    """The course lock (:class:`autograder.host.driver.CourseLock`) for this command."""
+    from .driver import CourseLock
 
-    from ..worker.feedback import install_mathjax, polish
-    from ..core.gradebook import open_gradebook
-    from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, course_config
+    return CourseLock(Path(args.root).resolve(), assignments, engine_url(db_url), args.command)
+
+
+def cmd_feedback(args):
+    from .driver import write_feedback_pages
+    from ..core.nbgrader_config import FEEDBACK
 
     known_assignment(args.root, args.assignment)
     db_url = existing_gradebook(args)
-    refresh_late_penalties(args, db_url, [args.assignment])
-    root = Path(args.root).resolve()
-    for student in _students(args.students) or ["*"]:
-        c = course_config(root, db_url, args.assignment, student)
-        c.BaseConverter.force = True
-        GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
-    with open_gradebook(db_url) as gb:
-        manual = {(sub.student_id, g.name) for sub in gb.assignment_submissions(args.assignment)
-                  for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade}
-    for page in root.glob(f"{FEEDBACK}/*/{args.assignment}/*.html"):
-        student = page.parent.parent.name
-        graded = root / AUTOGRADED / student / args.assignment / f"{page.stem}.ipynb"
-        if graded.exists():
-            nb = nbformat.read(graded, as_version=4)
-            needs = {name for who, name in manual if who == student}
-            page.write_text(polish(page.read_text(), nb, needs))
-    install_mathjax(root / FEEDBACK)
-    print(f"feedback written to {root / FEEDBACK}")
+    with course_lock(args, db_url, [args.assignment]):
+        if not settle_scores(args, db_url, [args.assignment]):
+            sys.exit(f"{args.assignment} is not graded yet: run grade {args.assignment} first")
+        unrendered = write_feedback_pages(args.root, db_url, args.assignment, _students(args.students))
+    print(f"feedback written to {Path(args.root).resolve() / FEEDBACK}")
+    if unrendered:
+        from ..core.untrusted import printable
+
+        print(f"no autograded notebook, page left as it was: {', '.join(map(printable, unrendered))} "
+              f"(grade {args.assignment} --force --students ... renders it again)")
 
 
 def cmd_export(args):
@@ -165,21 +173,27 @@ def cmd_export(args):
     to = Path(args.to) if Path(args.to).is_absolute() else Path(args.root).resolve() / args.to
     db_url = existing_gradebook(args)
     assignments = [args.assignment] if args.assignment else source_assignments(args.root)
-    refresh_late_penalties(args, db_url, assignments)
-    try:
-        if args.lms:
-            export_lms(db_url, to, args.lms, assignments)
-        else:
-            export_csv(db_url, to, assignments)
-    except (ValueError, GradebookError) as error:
-        sys.exit(str(error))
-    print(f"exported to {to}")
+    with course_lock(args, db_url, assignments):
+        graded = settle_scores(args, db_url, assignments)
+        if not graded:  # not an error: the term has only just begun
+            print(f"nothing to export yet: {', '.join(assignments) or 'no assignment'} not graded; "
+                  f"{to} not written")
+            return
+        try:
+            if args.lms:
+                export_lms(db_url, to, args.lms, graded)
+            else:
+                export_csv(db_url, to, graded)
+        except (ValueError, GradebookError) as error:
+            sys.exit(printable(error))
+    ungraded = [a for a in assignments if a not in graded]
+    print(f"exported to {to}" + (f" (not graded yet, left out: {', '.join(ungraded)})" if ungraded else ""))
 
 
 def cmd_roster(args):
     from ..core.gradebook import GradebookError
     from ..core.untrusted import printable
-    from .roster import read_roster, roster_report, sync_roster
+    from .roster import COLUMNS, read_roster, roster_report, sync_roster
 
     path = Path(args.file) if Path(args.file).is_absolute() else Path(args.root).resolve() / args.file
     try:
@@ -190,6 +204,10 @@ def cmd_roster(args):
         if args.check:
             known_assignment(args.root, args.check)
             report = roster_report(db_url, args.check, entries)
+            if report.not_on_roster and len(report.missing) == len(entries):
+                sys.exit(f"{path} matches none of the {len(report.not_on_roster)} student(s) who "
+                         f"submitted {args.check}: its student_id column must hold their ids "
+                         f"(columns expected: {','.join(COLUMNS)})")
             print(f"on the roster, no submission of {args.check}: "
                   f"{', '.join(map(printable, report.missing)) or 'none'}")
             print(f"submitted, not on the roster: {', '.join(map(printable, report.not_on_roster)) or 'none'}")
@@ -202,12 +220,17 @@ def cmd_report(args):
     from ..core.untrusted import printable
     from .report import write_report
 
+    from .release import source_assignments
+
     db_url = existing_gradebook(args)
-    try:
-        written = write_report(args.root, db_url, args.assignment, to=args.to,
-                               anonymize=args.anonymize)
-    except (ValueError, GradebookError) as error:
-        sys.exit(printable(error))
+    assignments = [args.assignment] if args.assignment else source_assignments(args.root)
+    with course_lock(args, db_url, assignments):
+        settle_scores(args, db_url, assignments)
+        try:
+            written = write_report(args.root, db_url, args.assignment, to=args.to,
+                                   anonymize=args.anonymize)
+        except (ValueError, GradebookError) as error:
+            sys.exit(printable(error))
     for path in written.pages:
         print(f"wrote {printable(path)}")
 
@@ -217,8 +240,11 @@ def cmd_collect(args):
     from .collect import Lms, collect_into_course
 
     known_assignment(args.root, args.assignment)
+    db_url = args.db or default_db_url(args.root)
     try:
-        lines = collect_into_course(Path(args.root), args.assignment, Lms(args.lms), Path(args.archive))
+        with course_lock(args, db_url, [args.assignment]):
+            lines = collect_into_course(Path(args.root), args.assignment, Lms(args.lms),
+                                        Path(args.archive))
     except (OSError, ValueError) as error:
         sys.exit(f"collect: {printable(error)}")
     for line in lines:
@@ -226,12 +252,14 @@ def cmd_collect(args):
 
 
 def late_policy(text):
+    """``--late-policy``: the spelling, checked (the course's grace is added when read)."""
     from ..core.policy import LatePolicy
 
     try:
-        return LatePolicy.parse(text)
+        LatePolicy.parse(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 RAW = argparse.RawDescriptionHelpFormatter
@@ -325,7 +353,9 @@ def add_export(sub, common):
                        help="export the gradebook to CSV",
                        description="Export scores from the gradebook (nbgrader's CSV format: one "
                                    "row per student and assignment, manual grades and late "
-                                   "penalties applied).")
+                                   "penalties applied). Assignments not graded yet are left out. "
+                                   "Late penalties and grades.csv are brought up to date first "
+                                   "(manual grades, extensions, course.toml).")
     p.add_argument("assignment", nargs="?", help="only this assignment (default: all)")
     p.add_argument("--to", default="gradebook_export.csv", help="output file, relative to the "
                    "course root or absolute (default gradebook_export.csv)")
@@ -356,10 +386,15 @@ def add_collect(sub, common):
                        description="Put each notebook of a Canvas or Moodle bulk download (a zip) "
                                    "into submitted/<student>/<ASSIGNMENT>/ with a timestamp.txt, "
                                    "matching file names to roster.csv (lms_id, else the name), as "
-                                   "nbgrader's zip_collect does. A student's folder is replaced. "
-                                   "Unmatched files are listed. A hostile archive (paths out of "
-                                   "the folder, links, a zip bomb) is refused whole: one line, exit "
-                                   "status 1, nothing written.")
+                                   "nbgrader's zip_collect does. A student's folder is replaced, "
+                                   "the earlier one kept as submitted/<student>/.<ASSIGNMENT>."
+                                   "replaced-<UTC time> and named. Unmatched files are listed, as "
+                                   "are Canvas _LATE marks that disagree with the files' times. An "
+                                   "archive of another assignment's notebooks, one that matches no "
+                                   "roster student, or a hostile one (paths out of the folder, "
+                                   "links, a zip bomb) is refused whole: one line, exit status 1, "
+                                   "nothing written. Zip times without a zone are read in "
+                                   "course.toml's timezone.")
     p.add_argument("assignment", help="assignment id, e.g. 01-rope")
     p.add_argument("--from", dest="lms", required=True, choices=("canvas", "moodle"),
                    help="the LMS that made the archive (its file-name layout)")

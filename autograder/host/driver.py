@@ -37,6 +37,7 @@ Students go longest-expected-first, by the time their last grading took.
 """
 
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -53,7 +54,8 @@ import nbformat
 
 from ..core.cells import grade_id, is_test_cell
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
-                              is_postgres, lock_holder, open_gradebook, record, sqlite_url, writing)
+                              is_postgres, keep_similarity, lock_holder, open_gradebook, record,
+                              sqlite_url, standings, writing)
 from ..core.limits import Limits
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, load_settings
@@ -64,11 +66,12 @@ from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
 from ..worker.feedback import install_mathjax
 from ..worker.pipeline import Settings, submission_digest
-from ..worker.similarity import similar_pairs
+from ..worker.similarity import fingerprints, pairs_with
 from . import summary
 from .pool import LocalWorkers
 from .schedule import HostFault, TransportError, run_schedule
 from .release import generate
+from .roster import COLUMNS as ROSTER_COLUMNS
 from .roster import RosterEntry, read_roster, roster_report, sync_roster
 
 LOCK = ".autograder.lock"
@@ -132,14 +135,28 @@ def test_cells(release_dir):
     return tests
 
 
-def flag_similar(results):
-    """Flag students whose functions look copied from each other (for a human to look at)."""
-    by_student = {r.student: r for r in results}
-    for student, other, function, share in similar_pairs({r.student: r.functions for r in results}):
+def flag_similar(db_url, assignment, results):
+    """Flag students whose functions look copied from each other (for a human to look at),
+    against the whole class: ``{student: [description]}`` of every student of ``assignment``.
+
+    Each graded result's fingerprints replace what was kept of that student and are
+    compared with every kept submission of the class, graded in this run or an earlier one
+    (:func:`autograder.core.gradebook.keep_similarity` with
+    :func:`autograder.worker.similarity.pairs_with`); a missing or unreadable submission
+    keeps none, one whose grading failed keeps its earlier ones and its pairs. A pair's
+    flag is on both students' rows and goes when the two are no longer similar.
+    """
+    graded = {r.student: fingerprints(r.functions) if r.status == Status.OK else {}
+              for r in results if r.status != Status.ERROR}
+    similar = {}
+    for student, other, function, share in keep_similarity(db_url, assignment, graded, pairs_with):
         for me, them in ((student, other), (other, student)):
-            result = by_student[me]
-            result.flags = sorted(set(result.flags) | {"similar-to-classmate"})
-            result.similar.append(f"{function} ~ {them} ({share:.0%})")
+            similar.setdefault(me, []).append(f"{function} ~ {them} ({share:.0%})")
+    for result in results:
+        flags = [f for f in result.flags if f != summary.SIMILAR_FLAG]
+        result.similar = similar.get(result.student, [])
+        result.flags = sorted(flags + [summary.SIMILAR_FLAG]) if result.similar else flags
+    return similar
 
 
 def write_files(root, files):
@@ -178,37 +195,44 @@ def up_to_date(root, db_url, assignment, students):
 
 
 class CourseLock:
-    """Who may grade now: one run per course, or per assignment with a PostgreSQL gradebook.
+    """Who may change the course now: one command per course, or per assignment with a
+    PostgreSQL gradebook.
 
-    With an SQLite gradebook (one file on one machine) the lock is ``<root>/.autograder.lock``,
-    exclusive for the whole course: the file says who holds it (host, pid, assignment, start
-    time), and the kernel releases it when that process ends, however it ends. With a
-    PostgreSQL gradebook the lock is a PostgreSQL advisory lock named after the assignment,
-    so it holds across every host that grades into that gradebook: runs of *different*
-    assignments go on at once (their writes are serialized by
-    :func:`autograder.core.gradebook.writing`), a second run of the same assignment is refused,
-    and the server releases the lock when the holder's connection ends.
+    ``grade``, ``collect``, ``feedback``, ``export`` and ``report`` all take it, so none of
+    them reads or writes what another is changing. With an SQLite gradebook (one file on
+    one machine) the lock is ``<root>/.autograder.lock``, exclusive for the whole course:
+    the file says who holds it (command, assignment, host, pid, start time), and the kernel
+    releases it when that process ends, however it ends. With a PostgreSQL gradebook the
+    lock is a PostgreSQL advisory lock per assignment (``assignment`` may be a list: each
+    is held), so it holds across every host that grades into that gradebook: commands on
+    *different* assignments go on at once (their writes are serialized by
+    :func:`autograder.core.gradebook.writing`), a second one on the same assignment is
+    refused, and the server releases the lock when the holder's connection ends.
     """
 
-    def __init__(self, root, assignment, db_url):
-        self.path, self.assignment, self.db_url = Path(root) / LOCK, assignment, db_url
-        self.fd = self.held = None
+    def __init__(self, root, assignment, db_url, command="grade"):
+        self.path, self.db_url, self.command = Path(root) / LOCK, db_url, command
+        self.assignments = [assignment] if isinstance(assignment, str) else list(assignment)
+        self.fd, self.held = None, []
 
     def label(self):
-        return (f"grade {self.assignment}, pid {os.getpid()} on {socket.gethostname()}, "
-                f"since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
+        return (f"{self.command} {', '.join(self.assignments) or 'the course'}, pid {os.getpid()} "
+                f"on {socket.gethostname()}, since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
 
     def refuse(self, holder):
-        raise SystemExit(f"another grading run holds this course: {holder or 'another run'}; "
-                         "wait for it to finish (or stop it) and run grade again")
+        raise SystemExit(f"another command holds this course: {holder or 'another run'}; "
+                         f"wait for it to finish (or stop it) and run {self.command} again")
 
     def __enter__(self):
         if is_postgres(self.db_url):
-            name = f"autograder:grade:{self.assignment}"
-            self.held = advisory_lock(self.db_url, name, label=self.label(), wait=False)
-            if self.held.__enter__() is None:
-                self.held.__exit__(None, None, None)
-                self.refuse(lock_holder(self.db_url, name))
+            for assignment in self.assignments:
+                name = f"autograder:grade:{assignment}"
+                held = advisory_lock(self.db_url, name, label=self.label(), wait=False)
+                if held.__enter__() is None:
+                    held.__exit__(None, None, None)
+                    self.__exit__()
+                    self.refuse(lock_holder(self.db_url, name))
+                self.held.append(held)
             return self
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -216,17 +240,19 @@ class CourseLock:
         except BlockingIOError:
             holder = os.read(self.fd, 1000).decode(errors="replace").strip()
             os.close(self.fd)
+            self.fd = None
             self.refuse(holder)
         os.ftruncate(self.fd, 0)
         os.write(self.fd, (self.label() + "\n").encode())
         return self
 
     def __exit__(self, *exc):
-        if self.held is not None:
-            self.held.__exit__(None, None, None)
-            return
-        os.ftruncate(self.fd, 0)
-        os.close(self.fd)
+        while self.held:
+            self.held.pop().__exit__(None, None, None)
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)
+            self.fd = None
 
 
 class Signals:
@@ -304,7 +330,7 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
     job.client = connect_cluster(scheduler, sandboxed) if scheduler else None
     try:
         job.jobs = grading_slots(job.client, jobs, sandboxed)
-        with CourseLock(job.root, assignment, job.db_url), Signals():
+        with CourseLock(job.root, assignment, job.db_url, "grade"), Signals():
             return grade_class(job)
     except OSError as error:  # the host's disk or folders, before or after the class
         raise SystemExit(f"grading stopped: {unwritable(error)}") from None
@@ -328,11 +354,20 @@ def read_job(assignment, root, db_url, limits, students, late_policy):
         roster = read_roster(root / ROSTER) if (root / ROSTER).is_file() else None
     except (GradebookError, ValueError) as error:
         raise SystemExit(str(error)) from None
-    if late_policy is not None:
+    if isinstance(late_policy, str):  # the command line's spelling: the course's grace inherited
+        try:
+            course = course.with_policy(assignment, late_policy)
+        except ValueError as error:
+            raise SystemExit(f"--late-policy: {error}") from None
+    elif late_policy is not None:
         course = replace(course, policies={**course.policies, assignment: late_policy})
     names = find_students(root, assignment, students)
     if not names:
         raise SystemExit(f"no submissions of {assignment} under {root / SUBMITTED}: nothing graded")
+    if roster and not students and not {e.student_id for e in roster} & set(names):
+        raise SystemExit(f"{root / ROSTER} matches none of the {len(names)} student folder(s) under "
+                         f"{root / SUBMITTED}: its student_id column must hold those folder names "
+                         f"(columns expected: {', '.join(ROSTER_COLUMNS)})")
     return Job(assignment, root, db_url, names, course, roster, limits)
 
 
@@ -486,19 +521,25 @@ def transport(job, settings):
 
 
 def finish(job, run, results, stopped, seconds):
-    """Phase 3: similarity flags, late penalties, ``grades.csv`` and the summary; the results,
-    or ``SystemExit`` when the run stopped early or some students could not be graded."""
+    """Phase 3: similarity flags, late penalties, the feedback pages they change,
+    ``grades.csv`` and the summary; the results, or ``SystemExit`` when the run stopped early
+    or some students could not be graded."""
     results.sort(key=lambda r: r.student)
-    flag_similar(results)
-    lateness = apply_late_policy(job.db_url, job.assignment, job.course)
+    similar = flag_similar(job.db_url, job.assignment, results)
+    apply_late_policy(job.db_url, job.assignment, job.course)
+    settled = standings(job.db_url, job.assignment) or {}
     absent = roster_report(job.db_url, job.assignment, job.roster) if job.roster else None
     try:
+        stale = [r.student for r in results if r.status == Status.OK and r.student in settled
+                 and not r.page_agrees(settled[r.student])]
+        if stale:  # an extension or a manual grade the worker's scratch gradebook had not
+            write_feedback_pages(job.root, job.db_url, job.assignment, stale)
         summary.write_csv(job.root / "grades.csv", job.assignment, results, run.tests,
-                          lateness=lateness, missing=absent.missing if absent else ())
+                          standings=settled, missing=absent.missing if absent else (), similar=similar)
     except OSError as error:
         stopped = stopped or f"because {unwritable(error)}"
     summary.report(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
-                   out=job.out, skipped=[] if stopped else run.skipped, lateness=lateness,
+                   out=job.out, skipped=[] if stopped else run.skipped, standings=settled,
                    roster=absent)
     if stopped:
         raise SystemExit(f"stopped {stopped}: {len(results)} submission(s) recorded, "
@@ -507,6 +548,60 @@ def finish(job, run, results, stopped, seconds):
         raise SystemExit(f"{len(faults)} submission(s) not graded, their earlier grades kept: "
                          f"{faults[0].error}; run grade again to grade them")
     return results
+
+
+def write_feedback_pages(root, db_url, assignment, students=None):
+    """Render the feedback pages of ``students`` (default: everyone with an autograded
+    notebook) from the class gradebook: its scores, manual ones included, and its late
+    penalties, as ``feedback`` does after manual grading; pages are polished
+    (:func:`autograder.worker.feedback.polish`). Returns the students of the gradebook
+    (of ``students``) who have no autograded notebook to render (``nbgrader autograde
+    --force`` empties the folder before it looks for a notebook), whose page is left as
+    it was."""
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    from ..core.nbgrader_config import course_config
+    from ..worker.feedback import polish
+
+    root = Path(root).resolve()
+    for student in [glob.escape(s) for s in students] if students else ["*"]:  # ids, not patterns
+        c = course_config(root, db_url, assignment, student)
+        c.BaseConverter.force = True
+        GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
+    with open_gradebook(db_url) as gb:
+        manual = {(sub.student_id, g.name) for sub in gb.assignment_submissions(assignment)
+                  for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade}
+    for page in root.glob(f"{FEEDBACK}/*/{assignment}/*.html"):
+        student = page.parent.parent.name
+        if students and student not in students:
+            continue
+        graded = root / AUTOGRADED / student / assignment / f"{page.stem}.ipynb"
+        if graded.exists():
+            nb = nbformat.read(graded, as_version=4)
+            needs = {name for who, name in manual if who == student}
+            page.write_text(polish(page.read_text(), nb, needs))
+    install_mathjax(root / FEEDBACK)
+    return sorted(s for s in graded_students(db_url, assignment)
+                  if (not students or s in students) and not has_page_source(root, s, assignment))
+
+
+def graded_students(db_url, assignment):
+    """Students with a submission of ``assignment`` in the gradebook."""
+    with open_gradebook(db_url) as gb:
+        return [sub.student_id for sub in gb.assignment_submissions(assignment)]
+
+
+def has_page_source(root, student, assignment):
+    """Whether ``student``'s page can be rendered again: an autograded notebook, or a stamp
+    that says there was none to grade (missing, unreadable: the page says why)."""
+    if list((Path(root) / AUTOGRADED / student / assignment).glob("*.ipynb")):
+        return True
+    try:
+        status = json.loads(stamp_path(root, student, assignment).read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status in (Status.MISSING, Status.UNREADABLE)
 
 
 def unwritable(error):

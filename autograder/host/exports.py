@@ -1,7 +1,7 @@
 """Grades out of the gradebook, into CSV for the instructor and for an LMS.
 
 The gradebook is the one source of grades: every export here reads it (never
-``grades.csv``, which holds only the autograded run). nbgrader's
+``grades.csv``, which shows the same standings beside what each run saw). nbgrader's
 ``SubmittedAssignment.score`` is the sum of its cells' scores, a manual score
 taking precedence over the automatic one (extra credit added); the late penalty is
 stored apart, per notebook (``late_submission_penalty``, written by nbgrader's
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..core.gradebook import open_gradebook, sqlite_path
+from ..core.gradebook import open_gradebook, sqlite_path, standings
 from ..core.results import Status
 from ..core.untrusted import csv_safe
 
@@ -79,39 +79,35 @@ def student_grades(db_url: str, assignments: Iterable[str] | None = None) -> Ite
     """Every student of the gradebook at ``db_url`` on each assignment, lazily.
 
     ``assignments``: names, in the order wanted (default: every assignment of the
-    gradebook, by name); students come by id within each. An assignment the
-    gradebook does not know raises a ValueError naming it when it is reached, as
-    does a SQLite gradebook file that does not exist.
+    gradebook, by name); students come by id within each. An assignment the gradebook
+    does not know yet (not graded: ``export`` runs at any point of the term) has no
+    rows. Scores, penalties and lateness are the gradebook's standings
+    (:func:`autograder.core.gradebook.standings`), as every output shows them. A SQLite
+    gradebook file that does not exist raises a ValueError.
     """
-    from nbgrader.api import MissingEntry
-
     if (path := sqlite_path(db_url)) is not None and not path.is_file():
         raise ValueError(f"no gradebook at {path}")
     with open_gradebook(db_url) as gb:
-        names = list(dict.fromkeys(assignments)) if assignments is not None \
-            else sorted(a.name for a in gb.assignments)
+        known = {a.name: a for a in gb.assignments}
+        names = [n for n in dict.fromkeys(assignments) if n in known] if assignments is not None \
+            else sorted(known)
         students = sorted(gb.students, key=lambda s: s.id)
         for name in names:
-            try:
-                assignment = gb.find_assignment(name)
-            except MissingEntry:
-                raise ValueError(f"no assignment {name!r} in the gradebook {db_url}") from None
-            submissions = {s.student_id: s for s in assignment.submissions}
+            assignment = known[name]
+            found = standings(db_url, name) or {}
             for student in students:
-                known = dict(student_id=student.id, first_name=student.first_name,
-                             last_name=student.last_name, email=student.email,
-                             lms_id=student.lms_user_id, assignment=name,
-                             max_score=float(assignment.max_score))
-                sub = submissions.get(student.id)
-                if sub is None:
-                    yield StudentGrade(duedate=utc(assignment.duedate), **known)
+                known_ = dict(student_id=student.id, first_name=student.first_name,
+                              last_name=student.last_name, email=student.email,
+                              lms_id=student.lms_user_id, assignment=name,
+                              max_score=float(assignment.max_score))
+                standing = found.get(student.id)
+                if standing is None:
+                    yield StudentGrade(duedate=utc(assignment.duedate), **known_)
                     continue
-                late_penalty = float(sub.late_submission_penalty)
                 yield StudentGrade(
-                    duedate=utc(sub.duedate), status=GRADED, submitted_at=utc(sub.timestamp),
-                    late_by=timedelta(seconds=sub.total_seconds_late), late_penalty=late_penalty,
-                    score=max(0.0, sub.score - late_penalty),
-                    needs_manual=bool(sub.needs_manual_grade), **known)
+                    duedate=standing.duedate, status=GRADED, submitted_at=standing.submitted_at,
+                    late_by=standing.late_by, late_penalty=standing.penalty, score=standing.final,
+                    needs_manual=standing.needs_manual, **known_)
 
 
 def points(x: float | None) -> str:
@@ -229,14 +225,15 @@ def export_lms(db_url: str, path: str | Path, layout: str,
     row with an empty identifier the grades to the student of the row before, so a
     student without an email in the gradebook raises a ValueError naming them.
 
-    ValueError for an unknown layout or assignment; nothing is written then.
+    ValueError for an unknown layout; nothing is written then. An assignment not graded
+    yet has no column.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown LMS layout {layout!r} (use {' or '.join(LAYOUTS)})")
     grades = list(student_grades(db_url, assignments))
     names = list(dict.fromkeys(g.assignment for g in grades))
     if not names:
-        raise ValueError(f"nothing to export: the gradebook {db_url} has no assignments or no students")
+        raise ValueError(f"nothing to export: no assignment graded in the gradebook {db_url}")
     max_scores = {g.assignment: g.max_score for g in grades}
     rows = canvas_rows(grades, names, max_scores) if layout == "canvas" else moodle_rows(grades, names)
     write_csv_atomically(path, rows)

@@ -324,7 +324,7 @@ def matrix_section(term, out, who, anonymize, figures):
         "Every student, every assignment", "matrix",
         "Percent of each assignment's maximum after manual grades and late penalties, best mean "
         "first; <em>missing</em> = no submission (grey), <em>late</em> = handed in after the due "
-        "date (a dot; the dots are drawn up to 200 students, the table always marks them).",
+        "date and its grace period (a dot; the dots are drawn up to 200 students, the table always marks them).",
         svg, [Table("Scores in percent", [esc(h) for h in header],
                     [[esc(c) for c in r] for r in rows[:HTML_ROWS]],
                     note=(f"The first {HTML_ROWS} of {len(rows)} students; all in "

@@ -362,7 +362,10 @@ def submissions(gb, assignment, duedate):
             cells = frozenset((f.notebook, f.cell) for f in pending[1])
             pending = next(failed, None)
         due = duedate + r.extension if duedate and r.extension else duedate
-        late_by = r.timestamp - due if due and r.timestamp and r.timestamp > due else None
+        # late when a penalty is stored (maybe 0): core.policy.apply_late_policy's mark, which
+        # counts the grace period as on time
+        late = r.penalty is not None and due and r.timestamp and r.timestamp > due
+        late_by = r.timestamp - due if late else None
         penalty = r.penalty or 0.0
         yield Submission(r.student, r.timestamp, late_by, penalty, r.auto or 0.0,
                          max(0.0, (r.total or 0.0) - penalty), bool(r.needs_manual), cells)
@@ -603,7 +606,7 @@ def term_stats(db_url):
         for r in rows:
             due = dues[r.assignment]
             due = due + r.extension if due and r.extension else due
-            late = bool(due and r.timestamp and r.timestamp > due)
+            late = bool(r.penalty is not None and due and r.timestamp and r.timestamp > due)
             top = max_scores[r.assignment]
             score = max(0.0, (r.total or 0.0) - (r.penalty or 0.0))
             row = matrix.setdefault(r.student, [Cell(None)] * len(names))

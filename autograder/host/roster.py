@@ -1,14 +1,16 @@
 """The class roster: who is enrolled, and how the LMS knows them.
 
-``roster.csv`` (at the course root, say) has a header row naming its columns, in
-any order and any case: ``student_id`` (required), ``name``, ``email`` and
-``lms_id`` (optional); other columns are ignored. ``name`` is split into first and
-last name at its last space (``Ada King Lovelace`` -> ``Ada King`` / ``Lovelace``).
+``roster.csv`` (at the course root, say) has a header row naming exactly its four
+columns, in any order and any case: ``student_id``, ``name``, ``email`` and ``lms_id``
+(cells may be empty, except ``student_id``). A column the grader does not know (an LMS's
+``Canvas ID`` for ``lms_id``, say) or one missing is an error that names the columns
+expected: a misnamed column would otherwise be read as empty. ``name`` is split into
+first and last name at its last space (``Ada King Lovelace`` -> ``Ada King`` / ``Lovelace``).
 
 * :func:`read_roster`: the entries of the file, with a one-line error naming the
   file, the row and the problem for anything the gradebook could not hold;
 * :func:`sync_roster`: the gradebook's students take the roster's names, emails
-  and LMS ids (students are never removed: their grades stay);
+  and LMS ids (an empty cell clears nothing; students are never removed: their grades stay);
 * :func:`roster_report`: who on the roster has not submitted an assignment, and
   whose submission is not on the roster.
 """
@@ -68,22 +70,27 @@ def read_roster(path: str | Path) -> list[RosterEntry]:
     """The entries of the roster CSV at ``path``, in file order.
 
     Rows are numbered as a spreadsheet shows them (the header is row 1); blank rows
-    are skipped. ValueError, one line naming the file (and the row), for: no
-    ``student_id`` column, a column named twice, an empty id, an id with ``/``,
-    an id given twice.
+    are skipped. ValueError, one line naming the file (and the row), for: a column
+    that is not one of :data:`COLUMNS` or one of them missing, a column named twice,
+    an empty id, an id with ``/``, an id given twice.
     """
     path = Path(path)
     with open(path, newline="", encoding="utf-8-sig") as f:
         rows = list(csv.reader(f))
+    expected = f"expected the columns {','.join(COLUMNS)}"
     if not rows:
-        raise ValueError(f"{path}: empty file, expected a header row with a student_id column")
+        raise ValueError(f"{path}: empty file, {expected}")
     header = [name.strip().lower() for name in rows[0]]
-    for name in COLUMNS:
+    for name in header:
         if header.count(name) > 1:
-            raise ValueError(f"{path}, row 1: column {name!r} appears {header.count(name)} times")
-    if "student_id" not in header:
-        raise ValueError(f"{path}, row 1: no student_id column "
-                         f"(found: {printable(', '.join(header)) or 'none'})")
+            raise ValueError(f"{path}, row 1: column '{printable(name)}' appears {header.count(name)} times")
+    unknown = [name for name in header if name not in COLUMNS]
+    absent = [name for name in COLUMNS if name not in header]
+    if unknown or absent:
+        found = "; ".join(part for part in (
+            "unknown column(s) " + ", ".join(f"'{printable(n)}'" for n in unknown) if unknown else "",
+            f"no {', '.join(absent)} column" if absent else "") if part)
+        raise ValueError(f"{path}, row 1: {found} ({expected}, in any order)")
     index = {name: header.index(name) for name in COLUMNS if name in header}
     entries, first_row = [], {}
     for number, row in enumerate(rows[1:], start=2):
@@ -107,14 +114,16 @@ def sync_roster(db_url: str, entries: list[RosterEntry]) -> None:
     """Create or update every roster student in the gradebook at ``db_url``.
 
     The roster is the authority: first and last name, email and LMS user id are set
-    to what the entry holds (``None`` clears a field). Students not on the roster are
-    left as they are, with their grades.
+    to what the entry holds; an empty cell (``None``) leaves the gradebook's value as it
+    is, so a roster never clears an LMS id (or a name, an email) silently. Students not
+    on the roster are left as they are, with their grades.
     """
     with writing(db_url), open_gradebook(db_url) as gb:
         for entry in entries:
-            gb.update_or_create_student(entry.student_id, first_name=entry.first_name,
-                                        last_name=entry.last_name, email=entry.email,
-                                        lms_user_id=entry.lms_id)
+            given = dict(first_name=entry.first_name, last_name=entry.last_name,
+                         email=entry.email, lms_user_id=entry.lms_id)
+            gb.update_or_create_student(entry.student_id,
+                                        **{k: v for k, v in given.items() if v is not None})
 
 
 def roster_report(db_url: str, assignment: str, entries: list[RosterEntry]) -> RosterReport:

@@ -13,8 +13,8 @@ from ..core.untrusted import csv_safe, csv_text, printable
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_manual",
               "submitted_at", "late_by_hours", "late_penalty", "seconds", "failed_tests", "limits",
-              "tampered", "deleted", "flags", "similar", "error"]
-
+              "tampered", "deleted", "flags", "similar", "error", "message"]
+SIMILAR_FLAG = "similar-to-classmate"
 
 
 class Progress:
@@ -63,33 +63,58 @@ def failed_tests(result, tests):
             if result.status != Status.OK or (scores.get((nb, gid), (0, 1))[0] or 0) < scores.get((nb, gid), (0, 1))[1]]
 
 
-def csv_row(assignment, result, tests, lateness=None):
-    late = lateness.get(result.student) if lateness else None
+def csv_row(assignment, result, tests):
+    """The ``grades.csv`` row of one result of a run (its scores are set from the gradebook's
+    standing by :func:`settle_row`)."""
     return dict(
         student=result.student, assignment=assignment,
-        score=f"{result.score - (late.penalty if late else 0.0):g}", max_score=f"{result.max_score:g}",
+        score=f"{result.score:g}", max_score=f"{result.max_score:g}",
         status=result.status, needs_manual=int(bool(result.needs_manual)),
         submitted_at=f"{result.timestamp:%Y-%m-%d %H:%M:%S}" if result.timestamp else "",
-        late_by_hours=f"{late.late_by.total_seconds() / 3600:.1f}" if late and late.late_by else "",
-        late_penalty=f"{late.penalty:g}" if late and late.penalty else "",
+        late_by_hours="", late_penalty="",
         seconds=f"{result.seconds:.1f}",
         failed_tests=";".join(failed_tests(result, tests)),
         limits=";".join(limits_hit(result)),
         tampered=";".join(result.tampered), deleted=";".join(result.deleted),
         flags=";".join(result.flags), similar=";".join(result.similar),
-        error=result.error or result.message or "")
+        error=result.error or "" if result.status == Status.ERROR else "",
+        message=result.message or "")
 
 
-def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
-    """Add/replace this run's rows in ``grades.csv``; rows of other assignments/students stay.
+def settle_row(row, standing=None, similar=None):
+    """``row`` with the gradebook's ``standing`` (the score after the late penalty, the
+    lateness: :class:`~autograder.core.gradebook.Standing`) and, when ``similar`` is given
+    (a list, maybe empty), its classmate-similarity flag and descriptions."""
+    if standing is not None:
+        row.update(score=f"{standing.final:g}", max_score=f"{standing.max_score:g}",
+                   needs_manual=str(int(standing.needs_manual)),
+                   submitted_at=f"{standing.submitted_at:%Y-%m-%d %H:%M:%S}" if standing.submitted_at else "",
+                   late_by_hours=f"{standing.late_by.total_seconds() / 3600:.1f}" if standing.late else "",
+                   late_penalty=f"{standing.penalty:g}" if standing.penalty else "")
+    if similar is not None:
+        flags = [f for f in row["flags"].split(";") if f and f != SIMILAR_FLAG]
+        row.update(flags=";".join(sorted(flags + ([SIMILAR_FLAG] if similar else []))),
+                   similar=";".join(similar))
+    return row
 
-    ``score`` is after the late penalty (nbgrader's export subtracts it the same way);
-    roster students in ``missing`` get a row with status ``missing``. Runs of different
-    assignments may finish at once (a PostgreSQL gradebook lets them run together): the
-    read-modify-write holds a lock on ``.grades.csv.lock`` beside it and replaces the file
-    whole, so neither loses the other's rows and no reader sees half a file. No cell can be
-    a spreadsheet formula (:func:`~autograder.core.untrusted.csv_safe`; read back with
-    ``csv_text``, so a rewrite adds no second apostrophe).
+
+def write_csv(path, assignment, results=(), tests=(), standings=None, missing=(), similar=None):
+    """Add/replace this run's rows in ``grades.csv``; settle every row of ``assignment``.
+
+    Each row of ``assignment`` takes its score, ``max_score``, ``needs_manual`` and late
+    columns from the gradebook's ``standings`` (``score`` after the late penalty, as every
+    export shows it), so that every command that changes a score (``grade``, ``feedback``,
+    ``export``, ``report``: manual grades, extensions, a new due date or policy) rewrites
+    them; with ``similar`` (``{student: [description]}`` of the whole class), its flags
+    and ``similar`` column. Rows of other assignments stay as they are; roster students in
+    ``missing`` get a row with status ``missing``. The ``error`` column is empty unless
+    grading the submission failed; ``message`` says which notebook was graded or why none.
+    Runs of different assignments may finish at once (a PostgreSQL gradebook lets them run
+    together): the read-modify-write holds a lock on ``.grades.csv.lock`` beside it and
+    replaces the file whole, so neither loses the other's rows and no reader sees half a
+    file. No cell can be a spreadsheet formula
+    (:func:`~autograder.core.untrusted.csv_safe`; read back with ``csv_text``, so a
+    rewrite adds no second apostrophe).
     """
     path = Path(path)
     with open(path.with_name(f".{path.name}.lock"), "a") as lock:
@@ -100,12 +125,18 @@ def write_csv(path, assignment, results, tests=(), lateness=None, missing=()):
                 for row in csv.DictReader(f):  # cells as they were before csv_safe
                     row = {k: csv_text(row.get(k) or "") for k in CSV_FIELDS}
                     rows[(row["assignment"], row["student"])] = row
+        if not results and not missing and not any(a == assignment for a, _ in rows):
+            return  # nothing of this assignment to settle: no file is made
         for result in results:
-            rows[(assignment, result.student)] = csv_row(assignment, result, tests, lateness)
+            rows[(assignment, result.student)] = csv_row(assignment, result, tests)
         for student in missing:
             rows.setdefault((assignment, student), {**dict.fromkeys(CSV_FIELDS, ""), "student": student,
                             "assignment": assignment, "score": "0", "status": Status.MISSING,
-                            "error": "on the roster, no submission"})
+                            "message": "on the roster, no submission"})
+        for (name, student), row in rows.items():
+            if name == assignment:
+                settle_row(row, (standings or {}).get(student),
+                           None if similar is None else similar.get(student, []))
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
@@ -132,7 +163,7 @@ def isolation(settings):
     return f"sandboxed (bubblewrap, user nobody, no network; {caps})"
 
 
-def roll_call(p, policy, skipped, lateness, roster):
+def roll_call(p, policy, skipped, standings, roster):
     """The summary's lines about who was not graded now, or late: skipped, missing, not on
     the roster, late under ``policy`` (``p``: print one line)."""
     if skipped:
@@ -143,7 +174,7 @@ def roll_call(p, policy, skipped, lateness, roster):
     if roster and roster.not_on_roster:
         p(f"Submitted, not on the roster: {len(roster.not_on_roster)}: "
           f"{', '.join(map(printable, roster.not_on_roster))}")
-    late = {s: v for s, v in (lateness or {}).items() if v.late_by}
+    late = {s: v for s, v in (standings or {}).items() if v.late}
     if late:
         p(f"Late ({policy}): {len(late)}")
         for student, v in sorted(late.items()):
@@ -151,8 +182,8 @@ def roll_call(p, policy, skipped, lateness, roster):
 
 
 def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
-           lateness=None, roster=None):
-    """Print the class summary."""
+           standings=None, roster=None):
+    """Print the class summary; scores are the gradebook's ``standings`` (after the penalty)."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
     n = len(results)
@@ -161,10 +192,11 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
       f" (cell {lim.cell_timeout} s, notebook {lim.notebook_timeout:g} s,"
       f" memory {lim.memory_mb} MiB, output {lim.output_limit} B/cell, scratch {lim.disk_mb} MiB;"
       f" {isolation(settings)}).")
-    roll_call(p, settings.course.policy(assignment), skipped, lateness, roster)
+    roll_call(p, settings.course.policy(assignment), skipped, standings, roster)
     if not n:
         return
-    scores = [r.score for r in results]
+    final = {s: v.final for s, v in (standings or {}).items()}
+    scores = [final.get(r.student, r.score) for r in results]
     p(f"Score: mean {sum(scores) / n:.2f}, min {min(scores):g}, max {max(scores):g}"
       f" of {max(r.max_score for r in results):g}")
     from .report_data import report_page_path

@@ -15,7 +15,7 @@ is compared with the student version generated from the source notebook:
   flag that counts, ``calls-sdpa``, is recorded by the judge from the calls it makes
   (:func:`autograder.judge.verdict.sdpa_flags`);
 * ``functions``: name -> source of every function the student wrote, for the
-  class-wide comparison (:func:`autograder.worker.similarity.similar_pairs`).
+  class-wide comparison (:func:`autograder.worker.similarity.fingerprints`, kept by the driver).
 """
 
 import copy

@@ -1,4 +1,4 @@
-"""Feedback pages a student can read: named tests, honest labels, offline math.
+r"""Feedback pages a student can read: named tests, honest labels, offline math.
 
 nbgrader's feedback template lists every test as "Test cell", shows an ungraded
 written answer as 0 points, loads MathJax 2 from a CDN and lets long messages run
@@ -9,7 +9,10 @@ off the page. :func:`polish` fixes the rendered page:
 * a written answer that still needs a manual grade says "to be graded by hand";
 * error messages and outputs wrap;
 * MathJax 3 comes from ``feedback/_mathjax`` (copied there by :func:`install_mathjax`
-  from the pinned ``sphinx-mathjax-offline`` package), so math renders offline;
+  from the pinned ``sphinx-mathjax-offline`` package, with every TeX extension it autoloads:
+  ``\boldsymbol``, ``\color``, ``\cancel``...), so math renders offline; it runs with its
+  ``safe`` extension allowing no URL, class, id or style from TeX (``\href``, ``\class``,
+  ``\cssId``, ``\style``, ``\mmlToken[...]``): math cannot name or cover the page;
 * :class:`FeedbackExporter` renders the page without HTMLExporter's BeautifulSoup pass where
   that pass would change nothing (most pages: it was three quarters of the render);
 * the page carries a strict Content-Security-Policy (:data:`CONTENT_SECURITY_POLICY`): only
@@ -34,14 +37,17 @@ from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from ..core.cells import grade_id, is_grade, is_solution
 
 MATHJAX_DIR = "_mathjax"  # under feedback/: pages are feedback/<student>/<assignment>/*.html
-MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2")
+MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "ui/safe.js")
 WRAP_CSS = ("<style>.output_area pre, .output_subarea pre, .nbgrader_cell pre "
             "{white-space: pre-wrap; word-break: break-word;}</style>")
-# \href is redefined to show its text only: a link made by math is not a link
+# \href is redefined to show its text only: a link made by math is not a link; the safe
+# extension drops every URL, class, id and style attribute that TeX makes (\mmlToken included)
 MATHJAX_CONFIG = (
-    "window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+    "window.MathJax = {loader: {load: ['ui/safe']}, "
+    "tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
     "processEscapes: true, macros: {href: ['#2', 2]}}, "
-    "options: {ignoreHtmlClass: 'tex2jax_ignore'}};")
+    "options: {ignoreHtmlClass: 'tex2jax_ignore', safeOptions: {allow: "
+    "{URLs: 'none', classes: 'none', cssIDs: 'none', styles: 'none'}}}};")
 MATHJAX_3 = (f"<script>{MATHJAX_CONFIG}</script>\n"
              f"<script defer src=\"../../{MATHJAX_DIR}/tex-chtml.js\"></script>")
 CONTENT_SECURITY_POLICY = (
@@ -140,11 +146,11 @@ def with_csp(page):
 
 
 def install_mathjax(feedback_root):
-    """Copy MathJax 3 (script and fonts) into ``feedback_root/_mathjax`` once."""
+    """Copy MathJax 3 (script, fonts, TeX extensions, ``safe``) into ``feedback_root/_mathjax`` once."""
     from importlib.metadata import PackageNotFoundError, distribution
 
     target = Path(feedback_root) / MATHJAX_DIR
-    if (target / "tex-chtml.js").exists():
+    if (target / MATHJAX_FILES[-1]).exists():  # the last file copied: a complete copy
         return
     try:  # the package installs its files under a folder that is not an importable name
         base = Path(distribution("sphinx-mathjax-offline").locate_file(

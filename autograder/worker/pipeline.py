@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +34,7 @@ from ..core.untrusted import printable
 from .audit import audit, restore_deleted
 from .feedback import CSP_META, FeedbackExporter, polish
 from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
+from .repair import describe, repair
 
 
 @dataclass
@@ -168,7 +170,8 @@ def stage_submission(settings, student, scratch, submission=None):
     assignment folder is refused) and bounds what it reads;
     :func:`autograder.worker.intake.take_in` decides which notebook to grade (any name; the
     newest of several; a copy without nbgrader metadata re-seated into the release
-    notebook) or why none can be. Only that notebook is staged (other files could
+    notebook) or why none can be; :func:`autograder.worker.repair.repair` then mends what
+    nbformat's schema or the assignment's grading metadata refuses, naming each fault. Only that notebook is staged (other files could
     shadow modules), with the collection's ``timestamp.txt`` (rewritten in nbgrader's
     format; one that is not a time or lies in the future is replaced by the time of
     grading and flagged ``bad-timestamp``) and nbgrader's ``submission_secret.txt``
@@ -198,7 +201,9 @@ def stage_submission(settings, student, scratch, submission=None):
         if intake.status != Status.OK:
             result.status = intake.status
             continue
-        nb = intake.notebook
+        nb, problems = repair(intake.notebook, release)  # schema and grading-metadata faults
+        result.message = "; ".join(m for m in (result.message, describe(problems)) if m)
+        result.flags += [f for f in dict.fromkeys(f for f, _ in problems) if f not in result.flags]
         if intake.reseated:
             result.flags.append("reseated")
         found = audit(nb, release)
@@ -219,6 +224,54 @@ def explanation_page(student, assignment, result):
             f"<p>{escape(result.message or result.error or result.status)}</p>"
             f"<p>Score: 0. Hand in the assignment's notebook (a <code>.ipynb</code> file saved "
             f"by Jupyter) and ask your instructor to grade it again.</p></body></html>").encode()
+
+
+def unrendered_page(student, assignment, notebook, cause):
+    """The feedback page of a notebook that was graded but whose page could not be rendered."""
+    from html import escape
+
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}"
+            f"<title>{escape(assignment)}: graded</title></head><body>"
+            f"<h1>{escape(assignment)}: {escape(notebook)} was graded</h1>"
+            f"<p>Your scores are recorded, but this page could not show your notebook: "
+            f"{escape(cause)}.</p><p>Ask your instructor for your scores.</p></body></html>").encode()
+
+
+class NotGraded(Exception):
+    """nbgrader could not grade a notebook; the message is the cause it logged."""
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def nbgrader_errors():
+    """What nbgrader's converters log as errors meanwhile (a list of messages).
+
+    A converter catches a notebook's exception, logs it with its traceback and raises
+    ``NbGraderException("Please see the above traceback")``: the cause is only in the log.
+    """
+    handler, logger = _Records(), logging.getLogger("traitlets")  # nbgrader's converters' logger
+    logger.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+
+
+def cause_of(error, logged):
+    """One line: the exception that really stopped nbgrader (its last logged traceback line)."""
+    for text in reversed(logged):
+        lines = [line for line in str(text).splitlines() if line.strip()]
+        if lines and "Traceback" in str(text):
+            return printable(lines[-1].strip())[:300]
+    return printable(f"{type(error).__name__}: {error}")[:300]
 
 
 def submission_digest(folder):
@@ -317,19 +370,44 @@ def grade_student(settings, student, workdir, db_url, submission=None):
             stamp = scratch / INTERNAL_ID / settings.assignment / TIMESTAMP
             if not stamp.exists():  # without a timestamp.txt, the time of grading counts
                 stamp.write_text(datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
-            Autograde(coursedir=CourseDirectory(config=c), config=c).start()
+            with nbgrader_errors() as logged:
+                try:
+                    Autograde(coursedir=CourseDirectory(config=c), config=c).start()
+                except GradingHostFault:
+                    raise
+                except Exception as error:  # the cause, not "Please see the above traceback"
+                    raise NotGraded(cause_of(error, logged)) from error
             for graded in sorted((out / AUTOGRADED).rglob("*.ipynb")):
                 executed = nbformat.read(graded, as_version=4)
                 result.events += [LimitEvent.from_dict(e) for e in events(executed)]
                 result.flags += [f for f in flags(executed) if f not in result.flags]  # judged calls
-            apply_late_policy(db_url, settings.assignment, settings.course)
+            late = apply_late_policy(db_url, settings.assignment, settings.course)
+            result.page_penalty = late[INTERNAL_ID].penalty if INTERNAL_ID in late else 0.0
             c = course_config(settings.root, db_url, settings.assignment, INTERNAL_ID)
             c.CourseDirectory.autograded_directory = str(out / AUTOGRADED)
             c.CourseDirectory.feedback_directory = str(out / FEEDBACK)
             c.BaseConverter.force = True
-            generate_feedback(c)
+            unrendered = None
+            with nbgrader_errors() as logged:
+                try:
+                    generate_feedback(c)
+                except OSError:
+                    raise
+                except Exception as error:  # a page that cannot be rendered never costs the scores
+                    unrendered = cause_of(error, logged)
+                    result.flags.append("feedback-failed")
+                    result.message = "; ".join(m for m in (
+                        result.message, f"the feedback page could not be rendered ({unrendered}); "
+                                        "the scores stand") if m)
+                    result.log = "\n".join([traceback.format_exc(), *logged])[-4000:]
+                    logging.getLogger("autograder").error("%s: feedback not rendered: %s", student, result.log)
             result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
             result.files = collect_files(out, student, settings.assignment, result.manual_cells())
+            if unrendered is not None:
+                for graded in sorted((out / AUTOGRADED / INTERNAL_ID / settings.assignment).glob("*.ipynb")):
+                    page = f"{FEEDBACK}/{student}/{settings.assignment}/{graded.stem}.html"
+                    if page not in result.files:
+                        result.files[page] = unrendered_page(student, settings.assignment, graded.stem, unrendered)
         else:  # the page says why; the staged times let release_feedback hand it back too
             staged = scratch / INTERNAL_ID / settings.assignment
             folder = f"{FEEDBACK}/{student}/{settings.assignment}"
@@ -344,7 +422,7 @@ def grade_student(settings, student, workdir, db_url, submission=None):
         logging.getLogger("autograder").error("%s: %s", student, result.log)
     except Exception as error:
         result.status, result.error = Status.ERROR, f"{type(error).__name__}: {error}"[:500]
-        result.log = traceback.format_exc()[-4000:]
+        result.log = traceback.format_exc()[-4000:]  # chained: the cause, then the converter's words
         logging.getLogger("autograder").error("%s: %s", student, result.log)
     result.seconds = monotonic() - start
     return result

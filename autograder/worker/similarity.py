@@ -10,15 +10,21 @@ most of the student's 12-token windows (shingles) occur in the other one.
 * :func:`resembles_reference`: a student function against every function of
   ``transformer_ref`` (the public source a student could paste);
 * :func:`similar_pairs`: students of one class against each other, through an
-  inverted index of shingles (linear in the class's code, not quadratic).
+  inverted index of shingles (linear in the class's code, not quadratic);
+* :func:`fingerprints` and :func:`pairs_with`: the same on what is kept of each graded
+  submission (its functions' shingles, hashed: no code), so that the driver compares
+  every newly graded student with the whole class, graded in any run, in one pass over
+  what is kept (:func:`autograder.core.gradebook.keep_similarity` keeps both).
 """
 
 import ast
 import functools
+import hashlib
 import io
 import keyword
 import tokenize
 from collections import Counter, defaultdict
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,28 +132,51 @@ def resembles_reference(source):
     return found
 
 
-def similar_pairs(solutions):
-    """Pairs of students whose functions of the same name look copied from each other.
+def fingerprint(code):
+    """The hashed shingles of one function's ``code`` (64-bit ints), or None when it is too
+    short to compare (fewer than :data:`MIN_SHINGLES` windows)."""
+    mine = shingles(shape(code))
+    if len(mine) < MIN_SHINGLES:
+        return None
+    return frozenset(int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "big")
+                     for w in mine)
 
-    ``solutions`` maps student -> {function name: source}. Returns
-    ``[(student, other, function, share)]`` with ``share >= CLASS_SHARE`` in both
-    directions, found through an inverted index of shingles.
+
+def fingerprints(functions_):
+    """``{function name: fingerprint}`` of a student's ``{name: source}``, short ones left out."""
+    found = {name: fingerprint(code) for name, code in functions_.items()}
+    return {name: prints for name, prints in found.items() if prints}
+
+
+def pairs_with(new, kept):
+    """Pairs of students, one of them in ``new``, whose functions of the same name look copied.
+
+    ``new`` maps student -> {function name: fingerprint} (:func:`fingerprints`); ``kept``
+    yields ``(student, function name, fingerprint)`` for the whole class, read once (rows of
+    ``new``'s students may be among them: they are skipped). Returns
+    ``[(student, other, function, share)]``, ``student < other``, with ``share >=
+    CLASS_SHARE`` in both directions. An inverted index of the new students' windows only,
+    so a run of a few late submissions costs one pass over the class, not a new index of it.
     """
-    windows = {}                   # (student, name) -> set of windows
-    index = defaultdict(set)       # (name, window) -> students
-    for student, functions_ in solutions.items():
-        for name, code in functions_.items():
-            mine = set(shingles(shape(code)))
-            if len(mine) >= MIN_SHINGLES:
-                windows[student, name] = mine
-                for w in mine:
-                    index[name, w].add(student)
-    pairs = []
-    for (student, name), mine in windows.items():
-        counts = Counter(other for w in mine for other in index[name, w] if other != student)
-        for other, common in counts.items():
-            theirs = windows[other, name]
-            if student < other and common / len(mine) >= CLASS_SHARE \
-                    and common / len(theirs) >= CLASS_SHARE:
-                pairs.append((student, other, name, min(common / len(mine), common / len(theirs))))
-    return sorted(pairs)
+    index = defaultdict(list)      # hashed window -> [(new student, function name)]
+    for student, functions_ in new.items():
+        for name, mine in functions_.items():
+            for w in mine:
+                index[w].append((student, name))
+    pairs = {}
+    rows = [(s, n, p) for s, f in new.items() for n, p in f.items()]  # new against new, once
+    for other, name, theirs in chain(rows, (row for row in kept if row[0] not in new)):
+        counts = Counter(hit for w in theirs if w in index for hit in index[w]
+                         if hit[1] == name and hit[0] != other)
+        for (student, _), common in counts.items():
+            mine = new[student][name]
+            if common / len(mine) >= CLASS_SHARE and common / len(theirs) >= CLASS_SHARE:
+                a, b = sorted((student, other))
+                pairs[a, b, name] = min(common / len(mine), common / len(theirs))
+    return sorted((a, b, name, share) for (a, b, name), share in pairs.items())
+
+
+def similar_pairs(solutions):
+    """:func:`pairs_with` of students' sources, all of them new: ``solutions`` maps student ->
+    {function name: source}."""
+    return pairs_with({student: fingerprints(f) for student, f in solutions.items()}, ())

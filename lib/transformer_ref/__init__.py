@@ -22,7 +22,8 @@ subject tests check them)
 * the same public names, and for each the same parameters (names, kinds,
   defaults); the torch backend adds only keyword-only ``dtype`` and ``device``
   where it creates tensors, and its ``KVCache`` defaults to float32 where NumPy's
-  defaults to float64; torch-only: ``TransformerBlock`` and the three model classes;
+  defaults to float64; torch-only: ``TransformerBlock``, the three model classes and
+  ``PagedKVCache``;
 * dtypes: "float32 by default" in torch is spelled ``dtype=torch.float32``;
   integer input is promoted (float64 in NumPy, float32 in torch); torch computes
   the softmax and norm statistics of float16/bfloat16 input in float32 and

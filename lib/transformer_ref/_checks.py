@@ -42,6 +42,8 @@ __all__ = [
     "check_memory",
     "cache_offset",
     "check_cache_type",
+    "check_quant_bits",
+    "check_partials",
     "MLASizes",
     "check_mla_sizes",
     "cross_attention_params",
@@ -299,6 +301,35 @@ def check_cache_type(cache, cls):
     """Require ``cache`` to be None or an instance of ``cls`` (the cache type this attention stores into)."""
     if cache is not None and not isinstance(cache, cls):
         raise ValueError(f"cache must be a {cls.__name__} (or None), got {type(cache).__name__}")
+
+
+def check_quant_bits(bits):
+    """The bit width of a symmetric integer code: ``2 <= bits <= 16``; return ``(bits, qmax, code dtype name)``.
+
+    Codes lie in ``[-qmax, qmax]``, ``qmax = 2 ** (bits - 1) - 1``, stored as int8 up to 8 bits, else int16."""
+    bits = check_int("bits", bits, minimum=2)
+    if bits > 16:
+        raise ValueError(f"bits must be <= 16 (codes are stored as int8 or int16), got {bits}")
+    return bits, 2 ** (bits - 1) - 1, "int8" if bits <= 8 else "int16"
+
+
+def check_partials(outs, lses):
+    """Validate partial attention results: ``outs`` ``(..., Dv)`` all of one shape, ``lses`` the same
+    number, each of shape ``outs[0].shape[:-1]``; return them as two lists."""
+    outs, lses = list(outs), list(lses)
+    if not outs:
+        raise ValueError("outs must hold at least one partial output, got none")
+    if len(lses) != len(outs):
+        raise ValueError(f"outs and lses must have the same length, got {len(outs)} and {len(lses)}")
+    first = check_ndim("outs[0]", outs[0], 1)
+    for i, out in enumerate(outs):
+        if tuple(out.shape) != first:
+            raise ValueError(f"outs[{i}] must have the shape of outs[0] {first}, got {tuple(out.shape)}")
+    for i, lse in enumerate(lses):
+        if tuple(lse.shape) != first[:-1]:
+            raise ValueError(f"lses[{i}] must have the shape of outs[0] without its last dimension, "
+                             f"{first[:-1]}, got {tuple(lse.shape)}")
+    return outs, lses
 
 
 #: the sizes of multi-head latent attention, as returned by :func:`check_mla_sizes`

@@ -255,12 +255,15 @@ def test_api_page_documents_the_triton_backend():
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_chapter_offers_its_executed_notebook_for_download(doc):
-    notebook = HTML / "_sources" / f"{doc}.ipynb"
+    """``chapters/01-rope`` offers ``01-rope-chapter.ipynb`` (tests/book/test_chapter_downloads.py
+    checks what it holds)."""
+    download = f"{doc}-chapter.ipynb"
+    notebook = HTML / "_sources" / download
     assert notebook.is_file(), f"no executed notebook for {doc}"
     cells = json.loads(notebook.read_text())["cells"]
     assert any(c["cell_type"] == "code" and c.get("outputs") for c in cells)
     links = [a["href"] for a in soup(page(doc)).find_all("a", href=True)]
-    assert any(href.endswith(f"_sources/{doc}.ipynb") for href in links)
+    assert any(href.endswith(f"_sources/{download}") for href in links)
 
 
 @pytest.mark.parametrize("doc", EXERCISES)

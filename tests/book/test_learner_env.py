@@ -69,11 +69,15 @@ def test_versions_come_from_the_lock_and_the_grading_interpreter():
 
 
 def test_learner_requirements_are_the_lock_pins_without_the_build_and_grading_stack():
-    pins = dict(line.split("==") for line in
-                (ROOT / "requirements-learner.txt").read_text().splitlines()
-                if line and not line.startswith("#"))
+    """Here (the grader's Python on Linux) the file installs the lock's versions; its lines
+    for other systems are ``LEARNER_PINS`` (tests/book/test_platforms.py resolves them)."""
+    text = (ROOT / "requirements-learner.txt").read_text()
+    pins = environment.pins_where(text)
     lock = environment.lock_pins(environment.LOCKS[:1])
     assert {name: lock[name] for name in pins} == pins
+    elsewhere = {(name, version, marker) for name, version, marker
+                 in environment.requirement_lines(text) if marker and pins.get(name) != version}
+    assert elsewhere == {(pin.name, pin.version, pin.marker) for pin in environment.LEARNER_PINS}
     assert {"numpy", "matplotlib", "torch", "jupyterlab", "ipykernel"} <= set(pins)
     for tool in ("jupyter-book", "sphinx", "myst-nb", "nbgrader", "dask", "psycopg", "nbval",
                  "pytest", "playwright", "triton"):
@@ -145,9 +149,17 @@ def test_run_yourself_page_offers_the_wheel_and_the_requirements():
     assert sorted(n for n in names if n.endswith(".py")) == sources
     text = (HTML / "run-yourself.html").read_text(encoding="utf-8")
     versions = environment.grading_versions()
+    shown = " ".join(BeautifulSoup(text, "html.parser").get_text().replace("\u2019", "'").split())
     for value in (f"python{versions['python']} -m venv", f"torch=={versions['torch']}",
-                  versions["numpy"], f"requirements-learner.txt {wheel}"):
-        assert value in BeautifulSoup(text, "html.parser").get_text(), value
+                  versions["numpy"], f"requirements-learner.txt {wheel}",
+                  environment.TORCH_CPU_INDEX,
+                  # which Pythons and systems, and what differs there (tests/book/test_platforms.py)
+                  f"You need {environment.supported_pythons()}, on "
+                  f"{environment.supported_platforms()}.",
+                  *(f"{pin.name} {pin.version} on {pin.where}: {pin.why}"
+                    for pin in environment.LEARNER_PINS),
+                  "Exercise 7 runs on Linux only", f"installs Triton {versions['triton']}"):
+        assert value in shown, value
 
 
 @pytest.mark.parametrize("aid", [a.id for a in REGISTRY])
@@ -160,6 +172,8 @@ def test_exercise_page_states_the_versions_and_never_sends_to_the_repository(aid
     assert (f"Python {versions['python']}, NumPy {versions['numpy']}" in text
             and f"PyTorch {versions['torch']}" in text)
     assert "make book" not in text and ".venv" not in text and "{{" not in text
+    if any(a.needs for a in REGISTRY if a.id == aid):   # Triton: where it installs
+        assert "It runs on Linux only" in " ".join(text.split())
 
 
 def test_no_launch_button_by_default():
@@ -248,9 +262,7 @@ def test_learner_env_holds_exactly_the_pinned_packages_and_the_wheel(learner):
                             capture_output=True, text=True, check=True, env=clean_env()).stdout
     installed = {environment.canonical(item["name"]): item["version"].split("+")[0]
                  for item in json.loads(listed)}
-    pins = dict(line.split("==") for line in
-                (ROOT / "requirements-learner.txt").read_text().splitlines()
-                if line and not line.startswith("#"))
+    pins = environment.pins_where((ROOT / "requirements-learner.txt").read_text())
     assert installed.pop("pip")  # the venv's own installer
     assert installed.pop("transformer-ref") == environment.wheel_name().split("-")[1]
     assert installed == pins

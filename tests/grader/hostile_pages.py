@@ -47,7 +47,31 @@ MARKDOWN = [
     ("input-image", '<input type="image" src="{hit}/input">'),
     ("math-href", '<math href="javascript:{js}"><mi>x</mi></math>'),
     ("xmp-breakout", '<xmp><p title="</xmp><img src=x onerror={js}>"></xmp>'),
+    # links that nbconvert's strip_files_prefix would make live if it ran after the sanitizer
+    ("files-javascript", "[files link](files/javascript:{js})"),
+    ("files-javascript-case", '<a href="/files/JaVaScRiPt:{js}">case</a>'),
+    ("files-javascript-tab", '<a href="files/java&#9;script:{js}">tab entity</a>'),
+    ("files-data-html", "[data link](files/data:text/html;base64,PHNjcmlwdD5wYXJlbnQucHduZWQ9MTwvc2NyaXB0Pg==)"),
+    ("mathjax-mmltoken", "$\\mmlToken{{mi}}[href=\"javascript:{js}\"]{{x}}$"),
 ]
+
+# content that names the page's elements or wears its styles, with no script at all: the
+# written answer's headings take the ids of the formgrader's score inputs (``$("#" + id)``),
+# classes and ids make fixed overlays, MathJax makes ids, classes and styles
+NAMES = [
+    ("heading-ids", "## test_add_hidden\n\n## test_softmax_visible\n\n[to the tests](#test_add_hidden)"),
+    ("html-ids", '<div id="test_softmax_hidden">x</div><span id="why-comment">c</span>'
+                 '<label for="test_add_visible" name="test_add_visible">l</label>'),
+    ("overlay-classes", '<div class="modal-backdrop navbar-fixed-top full-credit score tabbable nbgrader_cell" '
+                        'id="statusmessage">session expired: <a href="https://example.org">log in</a></div>'),
+    ("mathjax-names", "$\\mmlToken{mi}[id=\"test_add_visible\" class=\"modal-backdrop\" "
+                      "style=\"position:fixed;top:0;left:0;width:100%;height:100%\"]{x}$ "
+                      "$\\cssId{test_softmax_visible}{y}$ $\\class{navbar-fixed-top}{z}$ "
+                      "$\\style{position:fixed;top:0;left:0;width:100%;height:100%}{w}$"),
+]
+# the ids the formgrader's page gives its own elements, which student content must never take
+PAGE_IDS = ("test_add_visible", "test_add_hidden", "test_softmax_visible", "test_softmax_hidden",
+            "why", "why-comment", "statusmessage")
 
 # code run in the sandboxed kernel, one display per MIME type (and metadata) family
 OUTPUTS = [
@@ -105,7 +129,8 @@ def honest(source_nb, release):
     nb = solved(release, source_nb)
     _answer_cell(nb).source = (
         "Subtracting $m = \\max_j x_j$ leaves $\\sigma(x)_i = e^{x_i - m} / \\sum_j e^{x_j - m}$ "
-        "unchanged, and $$e^{x_i - m} \\le 1.$$")
+        "unchanged, and $$e^{x_i - m} \\le 1.$$ In bold $\\boldsymbol{x}$, in colour "
+        "$\\color{red}{m}$, cancelled $\\cancel{e^{m}}$ (each an extension MathJax loads).")
     code = (f"import base64\nfrom IPython.display import Image, display\n"
             f"display(Image(data=base64.b64decode('{base64.b64encode(png()).decode()}')))")
     nb.cells.append(nbformat.v4.new_code_cell(code))
@@ -115,7 +140,8 @@ def honest(source_nb, release):
 def hostile_markdown(source_nb, release, hit):
     nb = solved(release, source_nb)
     parts = [f"\n\n{payload.format(js=marker_js(name, hit), hit=hit)}\n\n" for name, payload in MARKDOWN]
-    _answer_cell(nb).source = "My answer." + "".join(parts[::2])
+    names = "".join(f"\n\n{payload}\n\n" for _, payload in NAMES)
+    _answer_cell(nb).source = "My answer." + names + "".join(parts[::2])
     nb.cells.append(nbformat.v4.new_markdown_cell("More." + "".join(parts[1::2])))
     return nb
 

@@ -185,6 +185,20 @@ def assert_inert(outcome, recorder, who):
     assert recorder.hits == [], (who, recorder.hits)
 
 
+# what student content may not do to the page: take its ids, or sit fixed over it
+NAMES_CHECK = """(ids) => ({
+  duplicated: ids.filter(id => document.querySelectorAll('[id="' + id + '"]').length > 1),
+  fixed: [...document.querySelectorAll('#notebook-container *, .text_cell_render *, .output_area *')]
+         .filter(el => !el.closest('mjx-assistive-mml')  // MathJax's own clipped copy for screen readers
+                       && ['fixed', 'absolute', 'sticky'].includes(getComputedStyle(el).position)
+                       && el.getBoundingClientRect().width > 200).map(el => el.outerHTML.slice(0, 80)),
+  math: [...document.querySelectorAll('mjx-container [id], mjx-container [href], mjx-container [style*="fixed"]')]
+        .map(el => el.outerHTML.slice(0, 80)),
+  mathErrors: [...document.querySelectorAll('mjx-merror')].map(el => el.textContent),
+})"""
+CLEAN_NAMES = {"duplicated": [], "fixed": [], "math": [], "mathErrors": []}
+
+
 def feedback_pages(folder):
     return {student: folder / student / "toy" / "toy.html" for student in STUDENTS}
 
@@ -195,14 +209,18 @@ def test_feedback_pages_are_inert_and_honest_work_shows(course, browser, recorde
         outcome = visit(browser, page_path.as_uri(), recorder)
         try:
             assert_inert(outcome, recorder, student)
+            page = outcome["page"]
+            page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000)
+            page.evaluate("MathJax.startup.promise")
+            assert page.evaluate(NAMES_CHECK, list(hostile.PAGE_IDS)) == CLEAN_NAMES, student
             # nothing but the page itself and MathJax's script and fonts beside it
             mathjax = (root / "feedback" / "_mathjax").as_posix() + "/"
             assert all(u.startswith("data:") or urlsplit(u).path == page_path.as_posix()
                        or urlsplit(u).path.startswith(mathjax) for u in outcome["same_origin"]), \
                 outcome["same_origin"]
             if student == "honest":
-                page = outcome["page"]
-                page.wait_for_function("document.querySelectorAll('mjx-container').length >= 3", timeout=30_000)
+                # \boldsymbol, \color and \cancel: extensions MathJax loads from beside the page
+                page.wait_for_function("document.querySelectorAll('mjx-container').length >= 6", timeout=30_000)
                 sizes = page.evaluate("[...document.images].filter(i => i.src.startsWith('data:image/png'))"
                                       ".map(i => [i.naturalWidth, i.naturalHeight])")
                 assert [24, 16] in sizes, sizes
@@ -271,6 +289,83 @@ def test_formgrader_submission_views_are_inert(formgrader, browser, recorder):
                 assert "\\sigma(x)_i" in page.evaluate("document.body.innerText")  # math is there, as text
         finally:
             outcome["context"].close()
+
+
+def grades(base, token, submission_id):
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base}/formgrader/api/grades?submission_id={submission_id}&token={token}") as r:
+        return {g["name"]: (g["manual_score"], g["extra_credit"]) for g in json.loads(r.read())}
+
+
+def test_formgrader_clicks_run_nothing_and_change_only_their_own_grade(formgrader, browser, recorder):
+    """The instructor's clicks: every link of each submission, then "Full credit" on each written
+    answer. The page carries a policy without ``'unsafe-inline'``; no click runs a payload or
+    leaves the server; no element of the notebook has an id of the page's own (the score inputs,
+    ``#statusmessage``) or sits fixed over it; and "Full credit" changes that answer's grade only."""
+    base, token, submissions = formgrader
+    for student in ("honest", "markdown", "cells"):
+        url = f"{base}/formgrader/submissions/{submissions[student]}/?token={token}"
+        context = browser.new_context(viewport={"width": 1280, "height": 900},  # the instructor's session
+                                      extra_http_headers={"Authorization": f"token {token}"})
+        offsite = []
+
+        def guard(route):
+            target = urlsplit(route.request.url)
+            if target.scheme == "data" or route.request.url.startswith(base):
+                return route.continue_()
+            if route.request.url.startswith(recorder.url):  # a payload's request: the recorder sees it
+                return route.continue_()
+            if not (route.request.is_navigation_request() and target.scheme == "https"):
+                offsite.append(route.request.url)  # following a student's https link is what links do
+            return route.abort()
+
+        context.route("**/*", guard)
+        page = context.new_page()
+        console, requests = [], []
+        page.on("console", lambda message: console.append(message.text))
+        page.on("request", lambda request: requests.append(f"{request.method} {request.url}"))
+        try:
+            policy = page.goto(url, wait_until="load").headers.get("content-security-policy", "")
+            script_src = policy.split("script-src")[1].split(";")[0]
+            assert "'unsafe-inline'" not in script_src and "'self'" in script_src, policy
+            page.wait_for_function("document.querySelectorAll('.full-credit').length > 0")
+            links = page.locator("#notebook-container a[href]").count()
+            for i in range(links):
+                link = page.locator("#notebook-container a[href]").nth(i)
+                if link.is_visible():
+                    link.click(timeout=5000, no_wait_after=True)
+                    page.wait_for_timeout(200)
+                    page.wait_for_load_state("load")
+                try:  # a javascript: link would run here, in this page, without navigating
+                    markers = page.evaluate(MARKERS)
+                except sync_api.Error:  # the click navigated (an https link, aborted): a new page
+                    markers = None
+                if markers:
+                    assert markers["globals"] == [] and not markers["title"].isdigit(), (student, i, markers)
+                if page.url != url:
+                    page.goto(url, wait_until="load")
+            page.wait_for_function("document.querySelectorAll('.full-credit').length > 0")
+            found = page.evaluate(NAMES_CHECK, list(hostile.PAGE_IDS))
+            assert found == CLEAN_NAMES, (student, found)
+            if student == "honest":  # nbgrader's own handlers still run under the policy
+                page.locator("span.glyphicon.name-hidden").click()
+                assert page.locator("a.name-shown").first.is_visible(), console
+            before = grades(base, token, submissions[student])
+            answers = page.locator(".nbgrader_cell:has(.text_cell_render) .full-credit")
+            assert answers.count() == 1  # the toy's written answer, "why"
+            try:
+                with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT",
+                                          timeout=15_000):
+                    answers.first.click()
+            except sync_api.TimeoutError:
+                raise AssertionError(f"no grade saved: {console} {requests[-10:]} {policy}") from None
+            after = grades(base, token, submissions[student])
+            changed = {name for name in after if after[name] != before[name]}
+            assert changed == {"why"} and after["why"][0] == 1, (student, before, after)
+            assert offsite == [] and recorder.hits == [], (student, offsite, recorder.hits)
+        finally:
+            context.close()
 
 
 def test_control_nbconvert_as_shipped_runs_the_payloads(course, browser, recorder, tmp_path):

@@ -5,9 +5,14 @@ sandbox, ``--jobs 2``): an honest student, and one student per family of hostile
 (links out of the folder, to ``solutions/`` and to a classmate, at every level; a hard
 link to the solution; a FIFO, a device, a folder named ``*.ipynb``; a sparse 8 GiB file;
 200,000 cells; JSON nested too deep; a file name that is not UTF-8; timestamps that are
-not a time or lie in the future; an nbformat 3 notebook). Each gets the status, score and
-message its family should get; no linked submission is graded as the solution or as the
-classmate, and no feedback page shows the solution.
+not a time or lie in the future; an nbformat 3 notebook), and one per fault a notebook's own
+content can have that once made it ungradable for good (an image attachment that is missing
+or is only ``text/html``; a value nbformat's schema refuses: a name with a newline, a tag
+with a comma, a bad cell id, an empty ``kernelspec``; edited grading metadata: an extra graded
+cell, a test cell's points raised; a feedback page that cannot be rendered). Each gets the
+status, score and message its family should get (the faults: graded on the assignment's
+cells, flagged, their feedback page written); no linked submission is graded as the solution
+or as the classmate, and no feedback page shows the solution.
 """
 
 import contextlib
@@ -26,6 +31,7 @@ import pytest
 from autograder.core.limits import Limits
 from autograder.core.nbgrader_config import FEEDBACK
 from autograder.host.driver import grade
+from autograder.worker import pipeline
 from autograder.host.release import generate
 from autograder.sandbox.launcher import unavailable_reason
 from autograder.worker.intake import NOTEBOOK_BYTES, NOTEBOOK_CELLS
@@ -116,7 +122,77 @@ def build(root, klass):
           nbformat.writes(nbformat.convert(honest, 3)).encode())
     # a student folder whose name is not UTF-8 cannot be a student id
     write(submitted / os.fsdecode(b"eve-\xff") / AID, f"{AID}.ipynb", honest)
+    # what a notebook's own content can get wrong: graded all the same, flagged, named
+    for name, fault, flag, message in CONTENT_FAULTS:
+        nb = klass.notebook()  # (honest was converted to nbformat 3 in place above)
+        fault(nb)
+        write(student(name, message=message, flags={flag}), f"{AID}.ipynb", nb)
     return expected
+
+
+def _markdown(source, attachments=None):
+    def fault(nb):
+        cell = nbformat.v4.new_markdown_cell(source)
+        if attachments:
+            cell.attachments = attachments
+        nb.cells.insert(1, cell)
+    return fault
+
+
+def _set(where, key, value):
+    def fault(nb):
+        target = nb.metadata if where == "notebook" else nb.cells[where].metadata
+        target[key] = value
+    return fault
+
+
+def _cell_id(nb):
+    nb.cells[1]["id"] = "bad id!"
+
+
+def _edited_grading(nb):
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_add_hidden")
+    test.metadata["nbgrader"]["points"] = 20
+    nb.cells.append(nbformat.v4.new_code_cell("assert True", metadata={"nbgrader": {
+        "grade": True, "grade_id": "bonus", "points": 50, "locked": False, "solution": False,
+        "schema_version": 3}}))
+
+
+RENDER_FAILS = "feedback-render-fails-here"
+CONTENT_FAULTS = [  # (student, fault, flag, message piece)
+    ("missing-attachment", _markdown("A figure: ![my plot](attachment:figure.png)"), "missing-attachment",
+     "image 'figure.png' is not attached"),
+    ("html-attachment", _markdown("![page](attachment:page.html)", {"page.html": {"text/html": "PGI+aGk8L2I+"}}),
+     "missing-attachment", "attachment 'page.html' is not an image (text/html)"),
+    ("name-newline", _set(0, "name", "two\nlines"), "invalid-notebook", "metadata 'name'"),
+    ("tag-comma", _set(0, "tags", ["a,b"]), "invalid-notebook", "metadata 'tags'"),
+    ("bad-cell-id", _cell_id, "invalid-notebook", "id 'bad id!' is not a valid cell id"),
+    ("empty-kernelspec", _set("notebook", "kernelspec", {}), "invalid-notebook", "notebook metadata 'kernelspec'"),
+    ("edited-metadata", _edited_grading, "edited-metadata", "points 20 restored to 2"),
+    ("unrenderable", _markdown(RENDER_FAILS), "feedback-failed", "the feedback page could not be rendered"),
+]
+
+
+def generate_feedback_that_fails_on_a_marker(config):
+    """The worker's ``generate_feedback``, raising inside nbgrader's converter for one notebook
+    (as a template that cannot render it would): the scores must stand."""
+    from autograder.worker.feedback import FeedbackExporter
+
+    original = FeedbackExporter.from_notebook_node
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        if any(RENDER_FAILS in cell.source for cell in nb.cells):
+            raise ValueError("a template that cannot render this notebook")
+        return original(self, nb, resources, **kw)
+
+    FeedbackExporter.from_notebook_node = from_notebook_node
+    try:
+        return _generate_feedback(config)
+    finally:
+        FeedbackExporter.from_notebook_node = original
+
+
+_generate_feedback = pipeline.generate_feedback
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +205,8 @@ def hostile(tmp_path_factory):
     expected = build(root, klass)
     out, err = io.StringIO(), io.StringIO()
     started = datetime.now(timezone.utc)
-    with contextlib.redirect_stderr(err):
+    with contextlib.redirect_stderr(err), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "generate_feedback", generate_feedback_that_fails_on_a_marker)
         results = grade(AID, root, progress=False, out=out, **LIMITS)
     return dict(root=root, klass=klass, expected=expected, out=out.getvalue(), err=err.getvalue(),
                 results={r.student: r for r in results}, started=started)
@@ -145,6 +222,23 @@ def test_every_family_gets_its_status_score_and_message(hostile):
         assert flags <= set(result.flags), (student, result.flags)
         if status == "ok" and student != "honest":
             assert result.max_score == results["honest"].max_score
+
+
+def test_content_faults_are_graded_on_the_assignments_cells_with_their_page(hostile):
+    """Each fault of a notebook's content: the full score (the extra graded cell and the raised
+    points count for nothing), a feedback page of the notebook, and the cause kept in the log."""
+    root, results = hostile["root"], hostile["results"]
+    for student, *_ in CONTENT_FAULTS:
+        result = results[student]
+        assert result.max_score == results["honest"].max_score, student
+        page = (root / FEEDBACK / student / AID / f"{AID}.html").read_text()
+        if student == "unrenderable":
+            assert "was graded" in page and "a template that cannot render this notebook" in page
+            assert "a template that cannot render this notebook" in result.log
+        else:
+            assert "Part 2: softmax" in page, student  # the notebook itself
+    assert "alt=\"my plot\"" in (root / FEEDBACK / "missing-attachment" / AID / f"{AID}.html").read_text()
+    assert "cell 13: grading metadata 'bonus' is not the assignment's" in results["edited-metadata"].message
 
 
 def test_a_folder_name_that_is_not_utf8_is_skipped_with_one_line(hostile):

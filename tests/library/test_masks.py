@@ -68,6 +68,33 @@ def test_sliding_window_of_one_is_the_diagonal():
     np.testing.assert_array_equal(ref.sliding_window_mask(2, 1, 4), [[0, 0, 1, 0], [0, 0, 0, 1]])
 
 
+@given(sizes=sizes, window=st.integers(1, 30), n_sink=st.integers(0, 6))
+def test_sink_window_matches_loop_definition(sizes, window, n_sink):
+    T, S = sizes
+    expected = np.array([[j <= i + S - T and (j < n_sink or j > i + S - T - window) for j in range(S)]
+                         for i in range(T)], dtype=bool).reshape(T, S)
+    mask = ref.sink_window_mask(T, window, n_sink, S)
+    assert mask.dtype == np.bool_ and mask.shape == (T, S)
+    np.testing.assert_array_equal(mask, expected)
+    # no sinks: the sliding window; sinks and window covering every key: the causal mask
+    if n_sink == 0:
+        np.testing.assert_array_equal(mask, ref.sliding_window_mask(T, window, S))
+    if n_sink + window >= S:
+        np.testing.assert_array_equal(mask, ref.causal_mask(T, S))
+    # every query sees its window plus the sinks that lie before it, never a future sink
+    positions = np.arange(T) + S - T
+    in_window = np.minimum(window, positions + 1)
+    np.testing.assert_array_equal(mask.sum(-1), in_window + np.clip(np.minimum(n_sink, positions + 1 - in_window), 0, None))
+
+
+def test_sink_window_while_streaming():
+    # StreamingLLM decoding: 4 sinks and a window of 3 over a cache of 10; the new token sees
+    # keys 0-3 and 7-9 (itself at 9), while the sinks themselves attend causally at the start
+    np.testing.assert_array_equal(ref.sink_window_mask(1, 3, 4, 10), [[1, 1, 1, 1, 0, 0, 0, 1, 1, 1]])
+    np.testing.assert_array_equal(ref.sink_window_mask(4, 1, 2), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0],
+                                                                  [1, 1, 0, 1]])
+
+
 @given(T=st.integers(0, 12), data=st.data())
 def test_prefix_lm_matches_loop_definition(T, data):
     prefix_len = data.draw(st.integers(0, T))
@@ -102,6 +129,8 @@ MASK_CALLS = [
     ("sliding_window_mask", (6, 2), {}),
     ("sliding_window_mask", (3, 4, 9), {}),
     ("prefix_lm_mask", (6, 3), {}),
+    ("sink_window_mask", (7, 2, 3), {}),
+    ("sink_window_mask", (3, 4, 1, 12), {}),
 ]
 
 
@@ -130,6 +159,9 @@ def test_bad_mask_arguments_name_the_argument(backend):
         (lambda: backend.causal_mask(2.5), "T"),
         (lambda: backend.sliding_window_mask(4, 0), "window"),
         (lambda: backend.sliding_window_mask(4, -2, 6), "window"),
+        (lambda: backend.sink_window_mask(4, 0, 2), "window"),
+        (lambda: backend.sink_window_mask(4, 2, -1), "n_sink"),
+        (lambda: backend.sink_window_mask(4, 2, 1.0), "n_sink"),
         (lambda: backend.prefix_lm_mask(4, 5), "prefix_len"),
         (lambda: backend.prefix_lm_mask(4, -1), "prefix_len"),
         (lambda: backend.padding_mask([3, 7], 5), "lengths"),

@@ -18,6 +18,12 @@ from .flash import *  # noqa: F401,F403
 from .flash import __all__ as _flash_all
 from .latent_attention import *  # noqa: F401,F403
 from .latent_attention import __all__ as _latent_attention_all
+from .alibi import *  # noqa: F401,F403
+from .alibi import __all__ as _alibi_all
+from .quantization import *  # noqa: F401,F403
+from .quantization import __all__ as _quantization_all
+from .split_attention import *  # noqa: F401,F403
+from .split_attention import __all__ as _split_attention_all
 
 __all__ = [
     *_counts_all,
@@ -29,4 +35,7 @@ __all__ = [
     *_families_all,
     *_flash_all,
     *_latent_attention_all,
+    *_alibi_all,
+    *_quantization_all,
+    *_split_attention_all,
 ]

@@ -14,7 +14,9 @@ import numpy as np
 
 from .._checks import check_boolean, check_int, check_lengths
 
-__all__ = ["causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask"]
+__all__ = [
+    "causal_mask", "sliding_window_mask", "sink_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask",
+]
 
 
 def _query_key_offsets(T, S):
@@ -47,6 +49,25 @@ def sliding_window_mask(T, window, S=None):
     window = check_int("window", window, minimum=1)
     offsets = _query_key_offsets(T, S)
     return (offsets <= 0) & (offsets > -window)
+
+
+def sink_window_mask(T, window, n_sink, S=None):
+    """Attention sinks plus a causal sliding window (StreamingLLM), bool ``(T, S)``.
+
+    Query ``i`` (absolute position ``p = i + S - T``) sees key ``j`` iff ``j <= p`` and
+    (``j < n_sink`` or ``p - window < j``): the first ``n_sink`` keys of the sequence, which
+    StreamingLLM keeps in the cache for ever because trained models park much of their
+    attention there (Xiao et al. 2024, "Efficient Streaming Language Models with Attention
+    Sinks", arXiv:2309.17453, use 4), and the ``window`` most recent keys, itself included.
+    ``window >= 1``, ``n_sink >= 0``; ``n_sink = 0`` is :func:`sliding_window_mask`, and with
+    ``window + n_sink >= S`` every row is the :func:`causal_mask` row. Aligned bottom-right
+    like the other masks (``S`` defaults to ``T``).
+    """
+    window = check_int("window", window, minimum=1)
+    n_sink = check_int("n_sink", n_sink, minimum=0)
+    offsets = _query_key_offsets(T, S)
+    sink = np.arange(offsets.shape[1])[None, :] < n_sink
+    return (offsets <= 0) & ((offsets > -window) | sink)
 
 
 def prefix_lm_mask(T, prefix_len):

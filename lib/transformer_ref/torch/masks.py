@@ -9,7 +9,9 @@ import torch
 
 from .._checks import check_boolean, check_int, check_lengths
 
-__all__ = ["causal_mask", "sliding_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask"]
+__all__ = [
+    "causal_mask", "sliding_window_mask", "sink_window_mask", "prefix_lm_mask", "padding_mask", "additive_mask",
+]
 
 
 def _query_key_offsets(T, S, device):
@@ -40,6 +42,20 @@ def sliding_window_mask(T, window, S=None, *, device=None):
     window = check_int("window", window, minimum=1)
     offsets = _query_key_offsets(T, S, device)
     return (offsets <= 0) & (offsets > -window)
+
+
+def sink_window_mask(T, window, n_sink, S=None, *, device=None):
+    """Attention sinks plus a causal sliding window (StreamingLLM, Xiao et al. 2024), bool ``(T, S)``.
+
+    Query ``i`` (position ``p = i + S - T``) sees key ``j`` iff ``j <= p`` and
+    (``j < n_sink`` or ``p - window < j``): the first ``n_sink >= 0`` keys and the
+    ``window >= 1`` most recent ones, itself included (see the NumPy version).
+    """
+    window = check_int("window", window, minimum=1)
+    n_sink = check_int("n_sink", n_sink, minimum=0)
+    offsets = _query_key_offsets(T, S, device)
+    sink = torch.arange(offsets.shape[1], device=device)[None, :] < n_sink
+    return (offsets <= 0) & ((offsets > -window) | sink)
 
 
 def prefix_lm_mask(T, prefix_len, *, device=None):

@@ -17,7 +17,7 @@ import transformer_ref
 from notebooks import ASSIGNMENTS, hidden_checks, meta, read, solved_namespace, source_path
 
 
-from autograder.checks import block, causal, families, flash, gqa, rope  # noqa: E402
+from autograder.checks import block, causal, families, flash, gqa, rope, serving  # noqa: E402
 from autograder.core.assignments import REGISTRY  # noqa: E402
 
 
@@ -230,6 +230,28 @@ MUTANTS = [
      "values are wrong"),
     ("window-off-by-one", "06-flash-attention", flash.check_sliding_window_attention, "sliding_window_attention",
      [("(offset > -window)", "(offset >= -window)")], "values are wrong"),
+    ("lse-no-max", "08-serving", serving.check_attention_with_lse, "attention_with_lse",
+     [("m = np.where(np.isfinite(m), m, 0.0)\n    p = np.exp(scores - m)", "m = 0.0 * m\n    p = np.exp(scores)")],
+     "NaN"),
+    ("merge-by-block-size", "08-serving", serving.check_merge_attention, "merge_attention",
+     [("w = np.exp(lses - m)", "w = np.ones_like(lses)")], "values are wrong"),
+    ("merge-nan-unseen-rows", "08-serving", serving.check_merge_attention, "merge_attention",
+     [("m = np.where(np.isfinite(m), m, 0.0)                         # rows that no piece saw", "")], "NaN"),
+    ("decoding-remainder-last", "08-serving", serving.check_flash_decoding, "flash_decoding",
+     [("sizes = [S // n_splits + (i < S % n_splits) for i in range(n_splits)]",
+       "sizes = [S // n_splits] * (n_splits - 1) + [S - (n_splits - 1) * (S // n_splits)]")], "longer pieces first"),
+    ("gather-ignores-the-table", "08-serving", serving.check_gather_kv, "gather_kv",
+     [("blocks = np.asarray(block_table, dtype=int)[positions // block_size]", "blocks = positions // block_size")],
+     "values are wrong"),
+    ("append-takes-from-the-back", "08-serving", serving.check_append_kv, "append_kv",
+     [("block_table = list(block_table) + list(free_list[:needed])\n    free_list = list(free_list[needed:])",
+       "block_table = list(block_table) + list(free_list[::-1][:needed])\n"
+       "    free_list = list(free_list[::-1][needed:])[::-1]")], "front of the free list"),
+    ("append-ignores-room-in-the-last-block", "08-serving", serving.check_append_kv, "append_kv",
+     [("needed = max(0, -(-(length + T_new) // block_size) - len(block_table))", "needed = -(-T_new // block_size)")],
+     "block table should become"),
+    ("append-no-value-error", "08-serving", serving.check_append_kv, "append_kv",
+     [("if needed > len(free_list):", "if False:")], "ValueError"),
 ]
 
 

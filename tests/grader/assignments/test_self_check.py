@@ -61,8 +61,9 @@ def students(aid, source, release):
                 cell.source = answers[grade_id(cell)]
         for old, new in edits:
             hits = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
-            assert len(hits) == 1, f"mutation target not in exactly one cell: {old!r}"
-            hits[0].source = hits[0].source.replace(old, new)
+            assert hits, f"mutation target not found: {old!r}"
+            for cell in hits:  # every occurrence, as test_checks' solved_namespace edits them
+                cell.source = cell.source.replace(old, new)
         return nb
 
     found = {"honest": solved(), "untouched": copy.deepcopy(release)}

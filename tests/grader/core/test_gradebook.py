@@ -257,3 +257,33 @@ def test_a_dropped_gradebook_leaves_no_engine_behind(db):
     with Gradebook(db) as second:
         assert second.engine is not engine
         assert second.find_assignment("toy").name == "toy"
+
+
+def test_similarity_is_kept_per_student_and_found_again_for_those_graded(tmp_path):
+    """What the copy detector keeps of a class: hashed shapes and pairs, one student at a time;
+    a student graded again (or in a later run) is compared with the whole class kept, a pair
+    goes with its student's re-grade, other assignments are untouched."""
+    from autograder.core.gradebook import keep_similarity
+    from autograder.worker.similarity import fingerprints, pairs_with
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    copied = ("def softmax(xs):\n    m = max(xs)\n    e = [math.exp(x - m) for x in xs]\n"
+              "    s = sum(e)\n    return [v / s for v in e]\n")
+    own = ("def softmax(xs):\n    top = max(xs)\n    weights = []\n    for value in xs:\n"
+           "        weights.append(math.exp(value - top))\n    total = sum(weights)\n"
+           "    return [w / total for w in weights]\n")
+
+    def keep(assignment, **students):
+        found = keep_similarity(url, assignment, {s: fingerprints(f) for s, f in students.items()},
+                                pairs_with)
+        return [pair[:3] for pair in found]
+
+    assert keep("toy", ann={"softmax": copied}) == []
+    assert keep("other", ann={"softmax": copied}, ben={"softmax": copied}) == [("ann", "ben", "softmax")]
+    assert keep("toy", cat={"softmax": own}) == []                          # a later run
+    assert keep("toy", ben={"softmax": copied.replace("xs", "values")}) == [("ann", "ben", "softmax")]
+    assert keep("toy", dan={"softmax": own}) == [("ann", "ben", "softmax"), ("cat", "dan", "softmax")]
+    assert keep("toy", ben={"softmax": own}) == [("ben", "cat", "softmax"), ("ben", "dan", "softmax"),
+                                                 ("cat", "dan", "softmax")]   # ann: no longer
+    assert keep("toy", cat={}, dan={}) == []                                   # nothing to compare
+    assert keep("toy") == [] and keep("other") == [("ann", "ben", "softmax")]

@@ -42,8 +42,10 @@ US = timedelta(microseconds=1)
     ("10%/day", 3 * D, 0.0, 0.0),
 ])
 def test_penalty_arithmetic(spelling, late_by, score, expected):
-    lateness = penalty(LatePolicy.parse(spelling), DUE, DUE + late_by, score)
-    assert lateness == Lateness(late_by, expected)
+    policy = LatePolicy.parse(spelling)
+    lateness = penalty(policy, DUE, DUE + late_by, score)
+    on_time = late_by <= policy.grace  # inside the grace period is on time: no lateness at all
+    assert lateness == Lateness(timedelta(0) if on_time else late_by, expected)
 
 
 @pytest.mark.parametrize("submitted_at", [DUE - D, DUE - US, DUE])
@@ -178,6 +180,21 @@ def test_parse_time_errors(text, problem):
     assert message.startswith(f"cannot read the time {text!r}: {problem}") and "\n" not in message
 
 
+def test_a_policy_inherits_the_course_grace_unless_it_names_one(tmp_path):
+    """The README's own example: a per-assignment ``zero`` keeps the course's grace hour; so
+    does ``grade --late-policy`` (:meth:`CourseSettings.with_policy`)."""
+    settings = load_settings(write_settings(tmp_path, '[late]\npolicy = "10%/day,grace=1h"\n'
+                                            '[assignments."01-rope"]\npolicy = "zero"\n'
+                                            'due = "2026-12-01T23:59:00+00:00"\n'))
+    rope = settings.policy("01-rope")
+    assert penalty(rope, DUE, DUE + 30 * S, 10.0) == Lateness(timedelta(0), 0.0)   # 30 s: on time
+    assert penalty(rope, DUE, DUE + H + S, 10.0) == Lateness(H + S, 10.0)
+    assert settings.with_policy("01-rope", "2/hour").policy("01-rope") == LatePolicy(
+        "per-unit", 2.0, "hour", grace=H, relative=False)
+    assert settings.with_policy("01-rope", "2/hour,grace=0").policy("01-rope").grace == timedelta(0)
+    assert settings.with_policy("01-rope", "none").policy("01-rope") == LatePolicy()
+
+
 def write_settings(tmp_path, text):
     (tmp_path / "course.toml").write_text(text)
     return tmp_path
@@ -191,6 +208,7 @@ def test_no_course_toml_means_no_due_dates_and_no_penalty(tmp_path):
 
 def test_course_toml_due_dates_and_policies(tmp_path):
     root = write_settings(tmp_path, """
+timezone = "Europe/Berlin"
 [late]
 policy = "10%/day,cap=50%,grace=1h"
 
@@ -203,14 +221,22 @@ due = 2026-12-08T23:59:00+01:00
 
 [assignments.03-mask]
 due = 2026-12-15T12:00:00
+
+[assignments.05-fam]
+due = "2026-07-01 12:00"
+
+[assignments.06-flash]
+policy = "zero,grace=0"
 """)
     settings = load_settings(root)
     assert settings.source == root / "course.toml"
     assert settings.due("01-rope") == datetime(2026, 12, 1, 23, 59, tzinfo=UTC)
     assert settings.due("02-gqa") == datetime(2026, 12, 8, 22, 59, tzinfo=UTC)
-    assert settings.due("03-mask") == datetime(2026, 12, 15, 12, 0, tzinfo=UTC)   # no zone: UTC
+    assert settings.due("03-mask") == datetime(2026, 12, 15, 11, 0, tzinfo=UTC)   # no zone: Berlin's
+    assert settings.due("05-fam") == datetime(2026, 7, 1, 10, 0, tzinfo=UTC)     # summer time
     assert settings.due("04-block") is None
-    assert settings.policy("01-rope") == LatePolicy("zero")
+    assert settings.policy("01-rope") == LatePolicy("zero", grace=H)     # the course's grace, inherited
+    assert settings.policy("06-flash") == LatePolicy("zero")             # it says otherwise
     assert str(settings.policy("02-gqa")) == "10%/day,cap=50%,grace=1h"
     assert str(settings.policy("04-block")) == "10%/day,cap=50%,grace=1h"
 
@@ -229,6 +255,10 @@ due = 2026-12-15T12:00:00
     ('assignments = 3\n', "assignments: expected a table"),
     ('[assignment."01-rope"]\ndue = "2026-12-01T23:59"\n', "top level: unknown key 'assignment'"),
     ('[late\n', "not valid TOML"),
+    ('[assignments."01-rope"]\ndue = "2026-12-01T23:59"\n',
+     "cannot read the time '2026-12-01T23:59': no time zone, and course.toml declares no timezone"),
+    ('[assignments."01-rope"]\ndue = 2026-12-01T23:59:00\n', "2026-12-01T23:59:00 has no time zone"),
+    ('timezone = "Mars/Olympus"\n', "timezone: unknown time zone 'Mars/Olympus'"),
 ])
 def test_course_toml_errors_name_the_file_and_the_key(tmp_path, text, problem):
     root = write_settings(tmp_path, text)

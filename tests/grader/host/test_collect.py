@@ -11,6 +11,7 @@ import contextlib
 import csv
 import io
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -45,6 +46,7 @@ def notebook(marker):
 @pytest.fixture
 def course(tmp_path):
     shutil.copytree(REPO / "tests" / "fixtures" / "course" / "solutions", tmp_path / "solutions")
+    (tmp_path / "course.toml").write_text('timezone = "UTC"  # the zone of the LMS\'s zip times\n')
     with open(tmp_path / "roster.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["student_id", "name", "email", "lms_id"])
@@ -82,8 +84,10 @@ def run(course, lms, zip_path, subprocess_=False, assignment=AID):
 
 
 def tree(root):
-    """Every path under ``root`` (folders end in /), relative."""
-    return sorted(str(p.relative_to(root)) + ("/" if p.is_dir() else "") for p in root.rglob("*"))
+    """Every path under ``root`` (folders end in /), relative; the course lock's file (which
+    every command holds while it runs, empty afterwards) is not the command's output."""
+    return sorted(str(p.relative_to(root)) + ("/" if p.is_dir() else "") for p in root.rglob("*")
+                  if p.name != ".autograder.lock")
 
 
 def stamp(student, course):
@@ -123,7 +127,7 @@ def test_canvas_files_go_to_roster_ids_with_their_entry_times(course):
 def test_moodle_folders_and_flat_files_go_to_roster_ids(course):
     zip_path = archive(course / "moodle.zip", [
         ("Ada Lovelace_1001_assignsubmission_file_/toy.ipynb", notebook("ada"), T1),
-        ("Alan Turing_77_assignsubmission_file_toy.ipynb", notebook("alan"), T2),  # by name
+        ("Alan Turing_1002_assignsubmission_file_toy.ipynb", notebook("alan"), T2),  # flat
         ("Grace  Brewster HOPPER_78_assignsubmission_file_/solution.ipynb", notebook("grace"), T1),
         ("Ada Lovelace_1001_assignsubmission_onlinetext_onlinetext.html", b"<p>hi</p>", T1),
         ("Someone Else_79_assignsubmission_file_/toy.ipynb", notebook("?"), T1),
@@ -134,6 +138,70 @@ def test_moodle_folders_and_flat_files_go_to_roster_ids(course):
     assert "not matched to the roster: Someone Else_79_assignsubmission_file_/toy.ipynb" in done.stdout
     assert (course / "submitted" / "grace" / AID / "solution.ipynb").read_bytes() == notebook("grace")
     assert (course / "submitted" / "alan" / AID / "toy.ipynb").read_bytes() == notebook("alan")
+
+
+# -- whose file it is: the LMS's part of the path, never the student's -------------------
+def add_to_roster(course, *rows):
+    with open(course / "roster.csv", "a", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+@pytest.mark.parametrize("lms, ada, eves", [
+    ("moodle", "Ada Lovelace_1001_assignsubmission_file_/toy.ipynb", [
+        "Eve Smith_1005_assignsubmission_file_/Ada Lovelace_0_assignsubmission_file_toy.ipynb",
+        "Eve Smith_1005_assignsubmission_file_/Ada Lovelace_1001_assignsubmission_file_/toy.ipynb",
+        "Eve Smith_1005_assignsubmission_file_Ada Lovelace_1001_assignsubmission_file_toy.ipynb",
+        "Eve Smith_1005_assignsubmission_file_/lovelaceada_1001_5001_more.ipynb"]),
+    ("canvas", "lovelaceada_1001_5001_toy.ipynb", [
+        "smitheve_1005_5005_lovelaceada_1001_5001_toy.ipynb",
+        "smitheve_1005_5005_Ada Lovelace_1001_assignsubmission_file_toy.ipynb"]),
+])
+def test_a_classmate_named_file_or_folder_stays_its_senders(course, lms, ada, eves):
+    """Eve names her files and folders after Ada's entries: they are Eve's files, Ada keeps hers."""
+    add_to_roster(course, ("eve", "Eve Smith", "eve@uni.edu", "1005"))
+    # Eve's entries come later (the newest copy of a name wins): the old greedy pattern gave them to Ada
+    zip_path = archive(course / f"{lms}.zip", [(ada, notebook("ada"), T1)]
+                       + [(name, notebook(f"eve {i}"), T2) for i, name in enumerate(eves)])
+    done = run(course, lms, zip_path)
+    assert done.returncode == 0, done.stderr
+    submitted = course / "submitted"
+    assert sorted(p.name for p in (submitted / "ada" / AID).iterdir()) == ["timestamp.txt", "toy.ipynb"]
+    assert (submitted / "ada" / AID / "toy.ipynb").read_bytes() == notebook("ada")
+    assert stamp("ada", course) == "2026-12-01 09:30:00.000000 UTC"
+    eve = {p.read_bytes() for p in (submitted / "eve" / AID).glob("*.ipynb")}
+    assert eve <= {notebook(f"eve {i}") for i in range(len(eves))} and eve, sorted(eve)
+    assert ada not in done.stdout, done.stdout  # never "skipped ... an older copy"
+
+
+def test_a_name_never_overrides_an_id_and_ambiguity_is_an_error(course):
+    # Alan has the LMS id 1002: an entry with his name and another id is not his
+    zip_path = archive(course / "other-id.zip", [("Alan Turing_77_assignsubmission_file_/toy.ipynb", notebook("?"))])
+    done = run(course, "moodle", zip_path)
+    assert done.returncode == 0 and not (course / "submitted" / "alan").exists()
+    assert "not matched to the roster: Alan Turing_77_assignsubmission_file_/toy.ipynb" in done.stdout
+    # Grace has no LMS id (found by name): two ids claiming her name are an error naming both entries
+    first, second = ("Grace Brewster Hopper_78_assignsubmission_file_/toy.ipynb",
+                     "Grace Brewster Hopper_79_assignsubmission_file_/toy.ipynb")
+    zip_path = archive(course / "two-ids.zip", [(first, notebook("g1")), (second, notebook("g2"))])
+    done = run(course, "moodle", zip_path)
+    assert done.returncode == 1 and first in done.stderr and second in done.stderr, done.stderr
+    assert str(zip_path) in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (course / "submitted" / "grace").exists()
+    # two roster students of one name, neither with an LMS id: an error naming the entry and both
+    add_to_roster(course, ("wei1", "Wei Zhang", "w1@uni.edu", ""), ("wei2", "Wei Zhang", "w2@uni.edu", ""))
+    entry = "Wei Zhang_80_assignsubmission_file_/toy.ipynb"
+    done = run(course, "moodle", archive(course / "same-name.zip", [(entry, notebook("w"))]))
+    assert done.returncode == 1 and entry in done.stderr and "wei1, wei2" in done.stderr, done.stderr
+    assert not (course / "submitted").exists()
+
+
+def test_an_entry_time_that_is_no_date_names_the_archive_and_the_entry(course):
+    entry = "lovelaceada_1001_5001_toy.ipynb"
+    zip_path = archive(course / "dates.zip", [(entry, notebook("ada"), (2026, 13, 1, 9, 30, 0))])
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and str(zip_path) in done.stderr and entry in done.stderr, done.stderr
+    assert "month must be in 1..12" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (course / "submitted").exists()
 
 
 def test_a_second_collection_replaces_the_folder_and_keeps_the_newest_duplicate(course):
@@ -149,6 +217,23 @@ def test_a_second_collection_replaces_the_folder_and_keeps_the_newest_duplicate(
     assert sorted(p.name for p in old.iterdir()) == ["timestamp.txt", "toy.ipynb"]
     assert (old / "toy.ipynb").read_bytes() == notebook("newer")
     assert "skipped lovelaceada_1001_5001_toy.ipynb: an older copy of" in done.stdout
+    aside = [p for p in old.parent.iterdir() if p.name != AID]   # the earlier folder: kept, named
+    assert len(aside) == 1 and re.fullmatch(r"\.toy\.replaced-\d{8}T\d{6}Z", aside[0].name)
+    assert (aside[0] / "stale.ipynb").read_bytes() == notebook("stale")
+    assert f"replaced ada's earlier submission, kept as submitted/ada/{aside[0].name}" in done.stdout
+    again = run(course, "canvas", zip_path)   # the same second: a second name, nothing lost
+    assert again.returncode == 0 and again.stdout.count("replaced ada's") == 1
+    assert len([p for p in old.parent.iterdir() if p.name != AID]) == 2
+
+
+def test_what_is_kept_aside_is_not_graded(course):
+    """The driver and stock nbgrader read only ``submitted/<student>/<assignment>``."""
+    from autograder.host.driver import find_students
+
+    aside = course / "submitted" / "ada" / ".toy.replaced-20261201T093000Z"
+    aside.mkdir(parents=True)
+    (aside / "toy.ipynb").write_bytes(notebook("earlier"))
+    assert find_students(course, AID) == []
 
 
 # -- hostile archives: one line, exit 1, nothing written ---------------------------------
@@ -281,6 +366,141 @@ def test_without_a_roster_or_with_an_unknown_assignment_one_line(course):
     assert done.returncode == 1 and done.stderr.startswith("collect: no roster.csv under")
     done = run(course, "canvas", zip_path, assignment="nope")
     assert done.returncode == 1 and done.stderr.startswith("unknown assignment 'nope'")
+
+
+# -- an archive of the wrong assignment, a roster that matches nobody, the _LATE mark ------
+def source_bytes(course, assignment):
+    return (course / "solutions" / assignment / f"{assignment}.ipynb").read_bytes()
+
+
+@pytest.fixture
+def two_assignments(course):
+    """The toy course with a second assignment, 01-rope, beside toy."""
+    shutil.copytree(REPO / "solutions" / "01-rope", course / "solutions" / "01-rope")
+    return course
+
+
+def test_the_archive_of_another_assignment_is_refused_whole(two_assignments):
+    """``collect 01-rope`` given toy's download: one line, exit 1, nobody's 01-rope work touched."""
+    course = two_assignments
+    earlier = course / "submitted" / "ada" / "01-rope"
+    earlier.mkdir(parents=True)
+    (earlier / "01-rope.ipynb").write_bytes(b"ada's real work")
+    zip_path = archive(course / "toy.zip", [
+        ("lovelaceada_1001_5001_toy.ipynb", source_bytes(course, AID)),
+        ("turingalan_1002_5002_toy.ipynb", source_bytes(course, AID))])
+    before = tree(course)
+    done = run(course, "canvas", zip_path, subprocess_=True, assignment="01-rope")
+    assert done.returncode == 1 and done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith(f"collect: {zip_path}: its notebooks are not 01-rope's: 2 of 2 hold "
+                                  "the nbgrader cells of toy; nothing was collected"), done.stderr
+    assert tree(course) == before and (earlier / "01-rope.ipynb").read_bytes() == b"ada's real work"
+    assert run(course, "canvas", zip_path).returncode == 0   # it is toy's: collected as toy
+
+
+def test_collect_01_rope_given_the_06_download_refuses_it(course):
+    """The issue's case, on the course's own notebooks: students' 06 notebooks (solved and
+    untouched) are not 01-rope's, though their grade ids (p1_solution...) are the same."""
+    from autograder.host.release import solved
+
+    for aid in ("01-rope", "06-flash-attention"):
+        shutil.copytree(REPO / "solutions" / aid, course / "solutions" / aid)
+    release = nbformat.read(REPO / "release" / "06-flash-attention" / "06-flash-attention.ipynb", as_version=4)
+    source = nbformat.read(course / "solutions" / "06-flash-attention" / "06-flash-attention.ipynb", as_version=4)
+    zip_path = archive(course / "06.zip", [
+        ("lovelaceada_1001_5001_06-flash-attention.ipynb", nbformat.writes(solved(release, source)).encode()),
+        ("turingalan_1002_5002_06-flash-attention.ipynb", nbformat.writes(release).encode())])
+    done = run(course, "canvas", zip_path, assignment="01-rope")
+    assert done.returncode == 1 and not (course / "submitted").exists()
+    assert done.stderr.strip() == (f"collect: {zip_path}: its notebooks are not 01-rope's: 2 of 2 hold "
+                                   "the nbgrader cells of 06-flash-attention; nothing was collected "
+                                   "(the download of another assignment?)")
+    assert run(course, "canvas", zip_path, assignment="06-flash-attention").returncode == 0
+
+
+def test_one_students_notebook_of_another_assignment_is_skipped(two_assignments):
+    course = two_assignments
+    earlier = course / "submitted" / "alan" / AID
+    earlier.mkdir(parents=True)
+    (earlier / "toy.ipynb").write_bytes(b"alan's earlier toy")
+    zip_path = archive(course / "toy.zip", [
+        ("lovelaceada_1001_5001_toy.ipynb", source_bytes(course, AID)),
+        ("turingalan_1002_5002_01-rope.ipynb", source_bytes(course, "01-rope")),
+        ("dijkstraedsger_1004_5004_toy.ipynb", notebook("no nbgrader cells: grading decides"))])
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "collected 2 notebook(s) of 2 student(s) into submitted/<student>/toy/"
+    assert ("skipped turingalan_1002_5002_01-rope.ipynb: a notebook of 01-rope, not of toy (by its "
+            "nbgrader cells): not collected, the student's folder is left as it was") in done.stdout
+    assert sorted(p.name for p in earlier.iterdir()) == ["toy.ipynb"]
+    assert (earlier / "toy.ipynb").read_bytes() == b"alan's earlier toy"
+
+
+def test_a_roster_that_matches_nobody_is_refused(course):
+    with open(course / "roster.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["student_id", "name", "email", "lms_id"], ["s1", "Some One", "", "77"]])
+    zip_path = archive(course / "c.zip", [("lovelaceada_1001_5001_toy.ipynb", notebook("ada")),
+                                          ("turingalan_1002_5002_toy.ipynb", notebook("alan"))])
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and done.stdout == "" and not (course / "submitted").exists()
+    assert done.stderr.strip() == (f"collect: {zip_path}: none of its 2 notebook(s) matches a roster "
+                                   "student by lms_id or name: check the roster's lms_id and name "
+                                   "columns (student_id,name,email,lms_id)")
+    (course / "roster.csv").write_text("student_id,name,email,Canvas ID\nada,Ada Lovelace,,1001\n")
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and "unknown column(s) 'canvas id'; no lms_id column" in done.stderr
+
+
+def test_zip_times_need_a_zone(course):
+    """A zip entry's time has no zone: read in course.toml's timezone, refused without one;
+    an entry with the extended timestamp (a Unix time) needs none."""
+    zip_path = archive(course / "c.zip", [("lovelaceada_1001_5001_toy.ipynb", notebook("ada"), T1)])
+    (course / "course.toml").write_text("")
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 1 and not (course / "submitted").exists()
+    assert "has a time without a time zone: declare the zone the LMS writes its zip times in" in done.stderr
+    (course / "course.toml").write_text('timezone = "America/New_York"\n')
+    assert run(course, "canvas", zip_path).returncode == 0
+    assert stamp("ada", course) == "2026-12-01 14:30:00.000000 UTC"   # 09:30 in New York
+    (course / "course.toml").write_text("")
+    info = zipfile.ZipInfo("lovelaceada_1001_5001_toy.ipynb", T1)
+    moment = int(datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc).timestamp())
+    info.extra = (0x5455).to_bytes(2, "little") + (5).to_bytes(2, "little") + b"\x01" + moment.to_bytes(4, "little")
+    assert run(course, "canvas", archive(course / "ut.zip", [(info, notebook("ada"))])).returncode == 0
+    assert stamp("ada", course) == "2026-12-01 08:00:00.000000 UTC"
+
+
+def test_canvas_late_mark_is_checked_against_the_times(course):
+    (course / "course.toml").write_text('timezone = "UTC"\n[assignments.toy]\n'
+                                        'due = "2026-12-02 12:00 UTC"\n')
+    zip_path = archive(course / "c.zip", [
+        ("lovelaceada_LATE_1001_5001_toy.ipynb", notebook("ada"), T1),      # marked, but on time
+        ("turingalan_1002_5002_toy.ipynb", notebook("alan"), T2),          # late, not marked
+        ("dijkstraedsger_LATE_1004_5004_toy.ipynb", notebook("ed"), T2)])  # marked and late: agree
+    done = run(course, "canvas", zip_path)
+    assert done.returncode == 0, done.stderr
+    marks = [line for line in done.stdout.splitlines() if line.startswith("late mark: ")]
+    assert marks == [
+        "late mark: ada: Canvas marks the submission late, but its newest file is from 2026-12-01 "
+        "09:30:00 UTC, before the due date 2026-12-02 12:00:00 UTC (an extension or a due date of "
+        "Canvas's own?)",
+        "late mark: alan: Canvas does not mark the submission late, but its newest file is from "
+        "2026-12-02 18:45:10 UTC, after the due date 2026-12-02 12:00:00 UTC (an extension in Canvas?)"]
+
+
+def test_collect_is_refused_while_another_command_holds_the_course(course):
+    import fcntl
+
+    zip_path = archive(course / "c.zip", [("lovelaceada_1001_5001_toy.ipynb", notebook("ada"))])
+    with open(course / ".autograder.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("grade toy, pid 4242 on gradinghost, since today\n")
+        held.flush()
+        done = run(course, "canvas", zip_path, subprocess_=True)
+    assert done.returncode == 1 and not (course / "submitted").exists()
+    assert done.stderr.strip() == ("another command holds this course: grade toy, pid 4242 "
+                                   "on gradinghost, since today; wait for it to finish (or stop it) "
+                                   "and run collect again")
 
 
 @pytest.mark.slow

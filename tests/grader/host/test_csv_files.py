@@ -75,24 +75,25 @@ def test_canvas_and_moodle_file_bytes_and_round_trip(tmp_path):
 
 
 def result(student, score, error=None, **fields):
-    return StudentResult(student=student, score=score, max_score=10.0, status=Status.OK, error=error,
-                         seconds=2.25, **fields)
+    """A graded result, or one whose grading failed with ``error`` (the only rows with an error)."""
+    return StudentResult(student=student, score=score, max_score=10.0, error=error, seconds=2.25,
+                         status=Status.ERROR if error else Status.OK, **fields)
 
 
 def test_grades_csv_bytes_round_trip_and_an_unchanged_rewrite(tmp_path):
     path = tmp_path / "grades.csv"
-    results = [result("ada", 7.5, flags=["similar-to-classmate"]),
+    results = [result("ada", 7.5, flags=["similar-to-classmate"], message="graded '=x.ipynb'"),
                result("-3", 10.0, error=f"cell said {NAME}\r\nthen {BROKEN}"),
                result("-x", 2.0, error="=HYPERLINK(1)", tampered=["@cell"])]
     write_csv(path, "01-rope", results, missing=["+1"])
     written = path.read_bytes()
     assert written == (
         b"student,assignment,score,max_score,status,needs_manual,submitted_at,late_by_hours,late_penalty,"
-        b"seconds,failed_tests,limits,tampered,deleted,flags,similar,error\r\n"
-        b"+1,01-rope,0,,missing,,,,,,,,,,,,\"on the roster, no submission\"\r\n"
-        b'-3,01-rope,10,10,ok,0,,,,2.2,,,,,,,"cell said Love, ""lace""\r\nthen line\nbreak\rcr"\r\n'
-        b"'-x,01-rope,2,10,ok,0,,,,2.2,,,'@cell,,,,'=HYPERLINK(1)\r\n"
-        b"ada,01-rope,7.5,10,ok,0,,,,2.2,,,,,similar-to-classmate,,\r\n")
+        b"seconds,failed_tests,limits,tampered,deleted,flags,similar,error,message\r\n"
+        b"+1,01-rope,0,,missing,,,,,,,,,,,,,\"on the roster, no submission\"\r\n"
+        b'-3,01-rope,10,10,error,0,,,,2.2,,,,,,,"cell said Love, ""lace""\r\nthen line\nbreak\rcr",\r\n'
+        b"'-x,01-rope,2,10,error,0,,,,2.2,,,'@cell,,,,'=HYPERLINK(1),\r\n"
+        b"ada,01-rope,7.5,10,ok,0,,,,2.2,,,,,similar-to-classmate,,,graded '=x.ipynb'\r\n")
     with open(path, newline="", encoding="utf-8") as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
     assert rows["-3"]["error"] == f"cell said {NAME}\r\nthen {BROKEN}"

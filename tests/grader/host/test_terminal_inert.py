@@ -4,7 +4,7 @@ Student ids, file names and messages holding terminal escape sequences (``ESC ] 
 the window title, ``ESC [ 2 J`` clears the screen), a bare carriage return (which
 overwrites the line already shown), bidirectional overrides (which reorder what is read)
 and bytes that are not UTF-8 go through the progress bar, the class summary and the
-``roster`` command; what is printed must hold none of them, only their visible escapes.
+``roster`` and ``export`` commands; what is printed must hold none of them, only their visible escapes.
 """
 
 import io
@@ -67,12 +67,18 @@ def test_roster_command_escapes_what_it_lists(tmp_path):
     (tmp_path / "solutions" / "toy").mkdir(parents=True)
     (tmp_path / "solutions" / "toy" / "toy.ipynb").write_bytes(
         (REPO / "tests" / "fixtures" / "course" / "solutions" / "toy" / "toy.ipynb").read_bytes())
-    (tmp_path / "roster.csv").write_text("student_id,name\n\x1b]0;pwned\x07ada,Ada\nbob\u202e,Bob\n")
+    (tmp_path / "roster.csv").write_text("student_id,name,email,lms_id\n\x1b]0;pwned\x07ada,Ada,,\n"
+                                        "bob\u202e,Bob,,\n")
     done = subprocess.run([sys.executable, "-m", "autograder", "roster", "--root", str(tmp_path),
                            "--check", "toy"], capture_output=True, text=True, cwd=REPO, timeout=300,
                           errors="surrogateescape")
     assert done.returncode == 0, done.stderr
     assert not RAW.search(done.stdout) and "\\x1b]0;pwned\\x07ada" in done.stdout and "bob\\u202e" in done.stdout
+    # Moodle's import needs every student's email: the command names those without one, escaped
+    done = subprocess.run([sys.executable, "-m", "autograder", "export", "--lms", "moodle", "--root", str(tmp_path),
+                           "--to", "moodle.csv"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert not RAW.search(done.stderr) and "\\x1b]0;pwned\\x07ada" in done.stderr, done.stderr
     (tmp_path / "roster.csv").write_text("name\x1b[2J,email\nAda,a@b\n")
     done = subprocess.run([sys.executable, "-m", "autograder", "roster", "--root", str(tmp_path)],
                           capture_output=True, text=True, cwd=REPO, timeout=300)

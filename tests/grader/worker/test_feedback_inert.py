@@ -15,6 +15,7 @@ import functools
 import hashlib
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -25,7 +26,7 @@ from nbconvert.exporters import HTMLExporter
 from traitlets.config import Config
 
 from autograder.core.nbgrader_config import course_config
-from autograder.core.sanitize import clean_html, markdown2html
+from autograder.core.sanitize import ALLOWED_CLASSES, ID_PREFIX, clean_html, markdown2html
 from autograder.host.release import generate
 from autograder.worker.feedback import (CONTENT_SECURITY_POLICY, MATHJAX_CONFIG, NO_DESCRIPTION,
                                         FeedbackExporter, polish)
@@ -106,6 +107,46 @@ def test_hostile_notebook_renders_inert(notebooks, template, who):
     assert not re.search(r"<script[^>]*>[^<]*pwned", page), "a payload script survived"
 
 
+def _names(page):
+    soup = BeautifulSoup(page, features="html.parser")
+    return (Counter(el["id"] for el in soup.select("[id]")),
+            Counter((el.name, a) for el in soup.select("[name], [for]") for a in ("name", "for") if el.has_attr(a)),
+            {c for el in soup.select("[class]") for c in el["class"]})
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_student_content_names_no_element_and_wears_no_style(notebooks, template):
+    """The written answer's headings, ids, labels and classes (:data:`hostile.NAMES`) add only
+    ``user-content-`` ids and inert classes to the page: nothing a script or style of the page acts on."""
+    root, nbs = notebooks
+    ids, named, classes = _names(render(root, nbs["honest"], template))
+    hostile_ids, hostile_named, hostile_classes = _names(render(root, nbs["markdown"], template))
+    added = hostile_ids - ids
+    assert added and all(i.startswith((ID_PREFIX, "cell-id=")) for i in added), sorted(added)  # the template prefixes cell ids
+    assert {f"{ID_PREFIX}{i}" for i in ("test_add_hidden", "test_softmax_visible", "statusmessage")} <= set(added)
+    assert all(hostile_ids[i] == ids[i] for i in hostile.PAGE_IDS), {i: hostile_ids[i] for i in hostile.PAGE_IDS}
+    assert hostile_named == named
+    inert = set().union(*ALLOWED_CLASSES.values())
+    assert hostile_classes - classes <= inert, sorted(hostile_classes - classes - inert)
+    page, own = render(root, nbs["markdown"], template), render(root, nbs["honest"], template)
+    assert page.count('href="#test_add_hidden"') == own.count('href="#test_add_hidden"')  # the template's own
+    assert f'href="#{ID_PREFIX}test_add_hidden"' in page
+
+
+@pytest.mark.parametrize("link", ["files/javascript:alert(1)", "/files/JaVaScRiPt:alert(1)",
+                                  "files/java&#9;script:alert(1)", "files/data:text/html;base64,PHNjcmlwdD4=",
+                                  "files/files/javascript:alert(1)", "/files/%6Aavascript:alert(1)"])
+def test_the_sanitizer_runs_after_strip_files_prefix(notebooks, link):
+    """nbgrader's templates write ``markdown2html | strip_files_prefix``: the cleaning comes last."""
+    root, _ = notebooks
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"[a]({link}) <a href=\"{link}\">b</a>")])
+    empty = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("[a](#x) b")])
+    for template in TEMPLATES:
+        page, own = render(root, nb, template), render(root, empty, template)
+        assert set(findings(page)) <= set(findings(own)), (template, link)
+        assert page.lower().count("script:") == own.lower().count("script:"), (template, link)
+
+
 @pytest.mark.parametrize("who", ["plain", "honest", "markdown", "outputs", "cells"])
 def test_the_worker_exporter_makes_nbconverts_page(notebooks, who):
     """``FeedbackExporter`` skips ``HTMLExporter``'s BeautifulSoup pass only where it changes nothing.
@@ -169,3 +210,25 @@ def test_feedback_pages_carry_a_strict_policy():
     result = StudentResult(student="s", status=Status.UNREADABLE, message='<img src=x onerror="alert(1)">')
     page = explanation_page("s", "toy", result).decode()
     assert "Content-Security-Policy" in page and hostile.active_content(page) == []
+
+
+def test_the_formgrader_policy_allows_only_the_templates_own_scripts(notebooks):
+    """The submission view's policy hashes the inline scripts that stand before the notebook
+    (nbgrader's template) and nothing after it: a script that got into the notebook would not run."""
+    import base64 as b64
+
+    from autograder.core.formgrader_policy import NOTEBOOK_START, submission_view_policy
+
+    root, nbs = notebooks
+    page = render(root, nbs["honest"], "formgrade")
+    policy = submission_view_policy(page)
+    script_src = policy.split("script-src")[1].split(";")[0]
+    assert "'unsafe-inline'" not in script_src and "'unsafe-eval'" not in script_src
+    template = page[:page.index(NOTEBOOK_START)]
+    own = re.findall(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", template, re.S)
+    assert own and all(f"'sha256-{b64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" in script_src
+                       for s in own)
+    planted = page.replace(NOTEBOOK_START, NOTEBOOK_START + "><script>window.pwned=1</script", 1)
+    digest = b64.b64encode(hashlib.sha256(b"window.pwned=1").digest()).decode()
+    assert digest not in submission_view_policy(planted) and digest not in policy
+    assert "frame-src" not in policy and "default-src 'none'" in policy and "form-action 'none'" in policy
