@@ -198,19 +198,21 @@ def assert_equal_mask(actual, expected, what, *, hint=""):
         fail(f"{what}: {int(wrong.sum())} of {actual.size} entries are wrong.{' ' + hint if hint else ''}")
 
 
-def assert_number(answer, expected, what, *, rtol=0.0, integer=False):
-    """A conceptual answer: a number equal to ``expected`` (within ``rtol``)."""
+def assert_number(answer, expected, what, *, rtol=0.0, integer=False, hint=""):
+    """A conceptual answer: a number equal to ``expected`` (within ``rtol``); a wrong one
+    fails with the tolerance and ``hint`` (how to get there, never the value)."""
     if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
         fail(f"{what} must be a number, got {type(answer).__name__}.")
     if integer and float(answer) != int(answer):
         fail(f"{what} must be a whole number, got {answer}.")
     if not abs(float(answer) - expected) <= rtol * abs(expected):
-        fail(f"{what} is not correct.")
+        within = f"checked to within {rtol:.3g} of the answer, relative" if rtol else "checked exactly"
+        fail(f"{what} is not correct ({within}).{' ' + hint if hint else ''}")
 
 
-def assert_choice(answer, expected, what, choices):
+def assert_choice(answer, expected, what, choices, *, hint=""):
     """A conceptual answer: one of ``choices`` (case-insensitive letter or word)."""
     if not isinstance(answer, str) or answer.strip().upper() not in choices:
         fail(f"{what} must be one of {', '.join(repr(c) for c in choices)}, got {answer!r}.")
     if answer.strip().upper() != expected:
-        fail(f"{what} is not correct.")
+        fail(f"{what} is not correct.{' ' + hint if hint else ''}")

@@ -100,7 +100,8 @@ def check_block_param_count(block_param_count):
 @hidden_test
 def check_answer_gpt2_block_params(answer):
     assert_number(answer, ref.block_param_count(**GPT2_SMALL), "ANSWER_GPT2_BLOCK_PARAMS",
-                  integer=True)
+                  integer=True,
+                  hint="Count attention (W_q, W_k, W_v, W_o and their biases), the FFN (two matrices and their biases) and two LayerNorms (a weight and a bias each).")
 
 
 @hidden_test
@@ -108,4 +109,5 @@ def check_answer_ffn_share(answer):
     """Share of a GPT-2 small block's parameters that sit in the FFN."""
     d, f = GPT2_SMALL["d_model"], GPT2_SMALL["d_ff"]
     ffn = d * f + f + f * d + d
-    assert_number(answer, ffn / ref.block_param_count(**GPT2_SMALL), "ANSWER_FFN_SHARE", rtol=1e-2)
+    assert_number(answer, ffn / ref.block_param_count(**GPT2_SMALL), "ANSWER_FFN_SHARE", rtol=1e-2,
+                  hint="The FFN's parameters (d * d_ff + d_ff + d_ff * d + d) over the whole block's: a fraction between 0 and 1.")

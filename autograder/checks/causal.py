@@ -97,10 +97,12 @@ def check_cached_causal_attention(cached_causal_attention):
 
 @hidden_test
 def check_answer_allowed_entries(answer):
-    assert_number(answer, int(ref.causal_mask(3, 5).sum()), "ANSWER_ALLOWED_ENTRIES", integer=True)
+    assert_number(answer, int(ref.causal_mask(3, 5).sum()), "ANSWER_ALLOWED_ENTRIES", integer=True,
+                  hint="Count the True entries of the causal mask with T = 3 queries and S = 5 keys, aligned bottom-right: query i sees key j iff j <= i + S - T.")
 
 
 @hidden_test
 def check_answer_decode_allowed(answer):
-    assert_number(answer, int(ref.causal_mask(1, 10).sum()), "ANSWER_DECODE_ALLOWED", integer=True)
+    assert_number(answer, int(ref.causal_mask(1, 10).sum()), "ANSWER_DECODE_ALLOWED", integer=True,
+                  hint="One new query (T = 1) with S = 10 keys, aligned bottom-right: it sees every key up to its own.")
 

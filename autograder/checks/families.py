@@ -75,16 +75,20 @@ def check_cross_attention(cross_attention):
                           "no causal mask in cross-attention.")
 
 
+FAMILY_HINT = ("Ask whether the task reads its whole input at once, generates text left to right, or turns "
+               "one sequence into another; the chapter's table of the three families sums it up.")
+
+
 @hidden_test
 def check_answer_sentiment(answer):
-    assert_choice(answer, "A", "ANSWER_SENTIMENT", FAMILIES)
+    assert_choice(answer, "A", "ANSWER_SENTIMENT", FAMILIES, hint=FAMILY_HINT)
 
 
 @hidden_test
 def check_answer_code_completion(answer):
-    assert_choice(answer, "B", "ANSWER_CODE_COMPLETION", FAMILIES)
+    assert_choice(answer, "B", "ANSWER_CODE_COMPLETION", FAMILIES, hint=FAMILY_HINT)
 
 
 @hidden_test
 def check_answer_speech_to_text(answer):
-    assert_choice(answer, "C", "ANSWER_SPEECH_TO_TEXT", FAMILIES)
+    assert_choice(answer, "C", "ANSWER_SPEECH_TO_TEXT", FAMILIES, hint=FAMILY_HINT)

@@ -155,10 +155,12 @@ def check_sliding_window_memory(sliding_window_attention):
 @hidden_test
 def check_answer_score_bytes(answer):
     """fp16 score matrix of one head at N = 100,000."""
-    assert_number(answer, 100_000 * 100_000 * 2, "ANSWER_SCORE_BYTES", integer=True)
+    assert_number(answer, 100_000 * 100_000 * 2, "ANSWER_SCORE_BYTES", integer=True,
+                  hint="One head's N x N score matrix in fp16: 2 bytes per entry, N = 100,000.")
 
 
 @hidden_test
 def check_answer_window_entries(answer):
     assert_number(answer, int(ref.sliding_window_mask(10, 3).sum()), "ANSWER_WINDOW_ENTRIES",
-                  integer=True)
+                  integer=True,
+                  hint="Count the True entries of the sliding-window mask with T = 10 and W = 3: query i sees the keys i - W + 1 .. i that exist.")

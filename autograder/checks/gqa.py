@@ -144,14 +144,16 @@ def check_decode_step(decode_step):
 def check_answer_kv_bytes_mha(answer):
     m = MODEL
     expected = ref.kv_cache_bytes(m["n_layers"], m["n_heads"], m["head_dim"], m["seq_len"])
-    assert_number(answer, expected, "ANSWER_KV_BYTES_MHA", integer=True)
+    assert_number(answer, expected, "ANSWER_KV_BYTES_MHA", integer=True,
+                  hint="Keys and values (2) x layers x KV heads (every head, for MHA) x head_dim x tokens x 2 bytes (fp16).")
 
 
 @hidden_test
 def check_answer_kv_bytes_gqa(answer):
     m = MODEL
     expected = ref.kv_cache_bytes(m["n_layers"], m["n_kv_heads"], m["head_dim"], m["seq_len"])
-    assert_number(answer, expected, "ANSWER_KV_BYTES_GQA", integer=True)
+    assert_number(answer, expected, "ANSWER_KV_BYTES_GQA", integer=True,
+                  hint="As for MHA, with the model's KV heads in place of all its query heads.")
 
 
 @hidden_test
@@ -159,7 +161,8 @@ def check_answer_max_batch(answer):
     """How many 4096-token sequences fit in 80 GB (10**9 bytes) of cache with GQA."""
     m = MODEL
     per_sequence = ref.kv_cache_bytes(m["n_layers"], m["n_kv_heads"], m["head_dim"], m["seq_len"])
-    assert_number(answer, 80 * 10**9 // per_sequence, "ANSWER_MAX_BATCH", integer=True)
+    assert_number(answer, 80 * 10**9 // per_sequence, "ANSWER_MAX_BATCH", integer=True,
+                  hint="Divide 80 * 10**9 bytes by one 4096-token sequence's GQA cache and round down: part of a sequence does not fit.")
 
 
 def _naive_mla(q_nope, q_rope, c, k_rope, w_uk, w_uv, mask):
@@ -202,4 +205,5 @@ def check_mla_absorbed_attention(mla_absorbed_attention):
 def check_answer_mla_cache_bytes(answer):
     """DeepSeek-V3's latent cache for one 32,768-token sequence in bf16."""
     expected = ref.mla_kv_cache_bytes(61, 512, 64, 32_768)
-    assert_number(answer, expected, "ANSWER_MLA_CACHE_BYTES", integer=True)
+    assert_number(answer, expected, "ANSWER_MLA_CACHE_BYTES", integer=True,
+                  hint="MLA caches, per token and layer, only the latent (kv_lora_rank) and the shared RoPE key (qk_rope_head_dim), 2 bytes each in bf16: no factor 2 for keys and values, no heads.")

@@ -103,14 +103,16 @@ def check_ntk_inv_freq(ntk_inv_freq):
 def check_answer_slowest_wavelength(answer):
     """Positions per full turn of the slowest pair, head_dim 128, base 10000."""
     expected = 2 * np.pi / ref.rope_inv_freq(128, 10000.0)[-1]
-    assert_number(answer, expected, "ANSWER_SLOWEST_WAVELENGTH", rtol=1e-3)
+    assert_number(answer, expected, "ANSWER_SLOWEST_WAVELENGTH", rtol=1e-3,
+                  hint="The slowest pair is the last one, i = 63 of 64 (head_dim 128, base 10000): its wavelength is 2 * pi / inv_freq[63] positions.")
 
 
 @hidden_test
 def check_answer_full_turn_pairs(answer):
     """How many of the 64 pairs (head_dim 128) turn fully within 4096 positions."""
     expected = int(np.sum(4096 * ref.rope_inv_freq(128, 10000.0) >= 2 * np.pi))
-    assert_number(answer, expected, "ANSWER_FULL_TURN_PAIRS", integer=True)
+    assert_number(answer, expected, "ANSWER_FULL_TURN_PAIRS", integer=True,
+                  hint="Count the pairs i of 64 (head_dim 128, base 10000) with 4096 * inv_freq[i] >= 2 * pi: the fast pairs, from i = 0 on.")
 
 
 @hidden_test

@@ -383,7 +383,7 @@ def load_settings(root: str | Path) -> CourseSettings:
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: not valid TOML: {error}") from None
     try:
-        read_table(data, ("timezone", "late", "assignments"))
+        read_table(data, ("timezone", "late", "assignments") + SELF_CHECK_KEYS)
         zone = read_setting(data, "timezone", read_zone) if "timezone" in data else None
         late = read_table(data.get("late", {}), ("policy",), "late")
         default = read_setting(late, "policy", read_policy, "late") if "policy" in late else LatePolicy()
@@ -453,3 +453,51 @@ def apply_late_policy(db_url: str, assignment: str, settings: CourseSettings) ->
             found[submission.student_id] = lateness
         gb.db.commit()
     return found
+
+
+# -- what the student versions carry (the self-check) --------------------------------------
+SELF_CHECK_MODES = ("full", "visible", "off")
+SELF_CHECK_ANSWERS = ("reveal", "hide")
+SELF_CHECK_KEYS = ("self_check", "self_check_answers")
+
+
+@dataclass(frozen=True)
+class SelfCheckSettings:
+    """What the student versions carry to check a learner's work before handing it in.
+
+    * ``mode``: ``"full"`` (every test cell, hidden tests included, ships in the self-check
+      package; the site's default), ``"visible"`` (the package runs only the test lines the
+      student version shows), ``"off"`` (no check cells and no package);
+    * ``answers``: ``"reveal"`` (a check shows the model answer of a written part once the
+      learner wrote one: self-study) or ``"hide"`` (a graded course).
+    """
+
+    mode: str = "full"
+    answers: str = "reveal"
+
+
+def load_self_check(root: str | Path) -> SelfCheckSettings:
+    """``self_check`` and ``self_check_answers`` of ``<root>/course.toml`` (defaults when absent)::
+
+        self_check = "full"            # or "visible", "off"
+        self_check_answers = "reveal"  # or "hide"
+
+    A bad value raises a one-line ValueError naming the file, the key and the choices.
+    """
+    path = Path(root) / SETTINGS_FILE
+    if not path.is_file():
+        return SelfCheckSettings()
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: not valid TOML: {error}") from None
+    values = {}
+    for key, name, choices in (("self_check", "mode", SELF_CHECK_MODES),
+                               ("self_check_answers", "answers", SELF_CHECK_ANSWERS)):
+        if key in data:
+            if data[key] not in choices:
+                raise ValueError(f"{path}: {key}: write one of {', '.join(map(repr, choices))}, "
+                                 f"not {data[key]!r}")
+            values[name] = data[key]
+    return SelfCheckSettings(**values)

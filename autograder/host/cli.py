@@ -53,19 +53,29 @@ def known_assignment(root, assignment):
 
 
 def cmd_generate(args):
-    from .release import generate, source_assignments, stale_notebooks
+    from .release import generate, source_assignments, stale_notebooks, stale_selfcheck, write_selfcheck
 
     names = source_assignments(args.root) if args.all else args.assignment
     if not names:
         sys.exit("name an assignment or use --all")
     for name in names:
         known_assignment(args.root, name)
+    from ..core.policy import load_self_check
+
+    try:
+        load_self_check(args.root)  # a bad self_check in course.toml: one line, before any work
+    except ValueError as error:
+        sys.exit(str(error))
     stale = []
     for name in names:
         if args.check:
             stale += stale_notebooks(name, args.root)
         else:
             print(f"generated {generate(name, args.root, db_url=args.db)}")
+    if args.check:  # the self-check package (course.toml's self_check) is made from every assignment
+        stale += stale_selfcheck(args.root)
+    else:
+        print(f"self-check package: {write_selfcheck(args.root) or 'none (self_check = off)'}")
     for path in stale:
         print(f"stale: {path}")
     if stale:
@@ -275,9 +285,14 @@ def add_generate(sub, common):
     p = sub.add_parser("generate", parents=[common], formatter_class=RAW,
                        help="generate student versions into release/",
                        description="Run nbgrader generate_assignment from solutions/<id>/ into "
-                                   "release/<id>/ (hidden tests and solutions removed).\n"
+                                   "release/<id>/ (hidden tests and solutions removed), and the "
+                                   "self-check package release/selfcheck/*.whl.\n"
+                                   "course.toml's self_check = \"full\" | \"visible\" | \"off\" decides "
+                                   "what the student versions' check cells can run (off: no check "
+                                   "cells, no package); self_check_answers = \"reveal\" | \"hide\" "
+                                   "whether a check shows written answers' model answers.\n"
                                    "With --check, write nothing and list committed student "
-                                   "versions that are stale (exit status 1 if any).")
+                                   "versions and a self-check package that are stale (exit status 1 if any).")
     p.add_argument("assignment", nargs="*", help="assignment id(s), e.g. 01-rope")
     p.add_argument("--all", action="store_true", help="every assignment under solutions/")
     p.add_argument("--check", action="store_true", help="only report stale student versions")

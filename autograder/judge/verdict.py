@@ -18,7 +18,15 @@ each graded test cell the executor (:class:`autograder.judge.execute.LimitedExec
    nbgrader's ``SaveAutoGrades`` then turns that into points as usual.
 
 So visible and hidden points alike are decided here, with NumPy, torch and
-``transformer_ref`` that the student cannot touch. A memory test measures a
+``transformer_ref`` that the student cannot touch.
+
+The same judge has a second way in, for a learner checking their own work before handing it
+in (:mod:`autograder.selfcheck`): :class:`LocalNamespace` and :class:`LocalFunction` reach
+the student's functions in the learner's own kernel (in-process) instead of through the
+probe, so the same test cells, checks, verdicts and messages (:func:`verdict_message`) run
+there. A local function's exception is turned into the one the grader would see
+(:func:`student_exception`); its memory is measured with ``tracemalloc`` and recorded, to be
+shown as a local figure (the graded one is the sandbox's). A memory test measures a
 fresh sandboxed kernel from outside (its cgroup's memory peak over a window that
 opens before any student code runs there), see :meth:`RemoteFunction.measure`.
 Each reply to a call also says whether PyTorch's SDPA ran during it; the channel
@@ -31,7 +39,6 @@ import time
 
 import nbformat
 
-from ..core.cells import judged_source, nbgrader_meta
 from ..kernel import probe
 
 # replies that say what a judged call did with SDPA (a staged call says it in ``fetch``'s)
@@ -210,23 +217,34 @@ def plain_output(output):
     return nbformat.v4.new_output("display_data", data={"text/plain": text} if text else {})
 
 
-def verdict_output(error):
-    """The error output that scores a test cell 0, with a message for the student."""
+def verdict_message(error):
+    """``(ename, message)`` of a failed test cell: what the student reads, graded or self-checked."""
     ename = type(error).__name__
     message = str(error)
     if getattr(error, "raised_by_student", False):
         message = (f"your code raised {ename}" + (f": {message}" if message else "")
                    + (" (it is not implemented yet)" if ename == "NotImplementedError" else ""))
-    message = message or "a test failed"
+    return ename, message or "a test failed"
+
+
+def verdict_output(error):
+    """The error output that scores a test cell 0, with a message for the student."""
+    ename, message = verdict_message(error)
     return nbformat.v4.new_output("error", ename=ename, evalue=message,
                                   traceback=[f"{ename}: {message}"])
 
 
 def judge_cell(cell, namespace):
     """Run ``cell``'s test code in ``namespace``; return None (passed) or the failure."""
-    source = judged_source(cell.source)
+    from ..core.cells import judged_source, nbgrader_meta  # nbgrader's: not in a learner's kernel
+
+    return judge_source(judged_source(cell.source), nbgrader_meta(cell).get("grade_id"), namespace)
+
+
+def judge_source(source, grade_id, namespace):
+    """Run a test cell's judged ``source`` in ``namespace``; return None (passed) or the failure."""
     try:
-        code = compile(source, f"<test cell {nbgrader_meta(cell).get('grade_id')}>", "exec")
+        code = compile(source, f"<test cell {grade_id}>", "exec")
         exec(code, namespace)  # noqa: S102 - the instructor's test code, in the trusted worker
     except JudgeError as error:
         return error
@@ -237,3 +255,105 @@ def judge_cell(cell, namespace):
             return JudgeError(f"the test stopped ({type(error).__name__})")
         return error
     return None
+
+
+# -- the second way in: the learner's own kernel ------------------------------------------
+def _judge_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def over_the_wire(value, *, to_judge=True):
+    """``value`` as the probe's codec carries it between the kernel and the judge (NumPy
+    scalars become numbers, tuples stay tuples, arrays come back as plain arrays, ...); a
+    value the codec cannot carry raises the error the grader would report for it."""
+    import sys
+
+    try:
+        text = probe.encode(value)
+    except Exception as error:  # noqa: BLE001 - e.g. "a value of type X cannot be graded"
+        raise student_exception({"type": type(error).__name__, "message": str(error)}) from None
+    return probe.decode(text, _judge_torch if to_judge else sys.modules.get("torch"))
+
+
+def _wants_grad(values):
+    return any(type(v).__module__ == "torch" and getattr(v, "requires_grad", False) for v in values)
+
+
+class LocalFunction:
+    """A student's function in this process (the learner's kernel), called as the grader would.
+
+    Same interface as :class:`RemoteFunction`, and the same values cross: inputs and outputs
+    go through the probe's codec (:func:`over_the_wire`; a call that differentiates keeps its
+    tensors, as :class:`RemoteFunction`'s graph does), and an exception of the student's code
+    becomes the one the grader rebuilds from the probe's reply (:func:`student_exception`).
+    :meth:`measure` measures one call with ``tracemalloc`` and records it in ``log`` (a local
+    figure, not the graded one); ``log`` also records every call (``("call", name)``).
+    """
+
+    def __init__(self, fn, name, log):
+        self.fn, self.__name__, self.log = fn, name, log
+
+    def __repr__(self):
+        return f"<your function {self.__name__}>"
+
+    def _run(self, args, kwargs, keep_args=False):
+        self.log.append(("call", self.__name__))
+        grad = _wants_grad(list(args) + list(kwargs.values()))
+        if not grad:  # the kernel decodes the judge's request
+            args, kwargs = over_the_wire([list(args), kwargs], to_judge=False)
+        try:
+            out = self.fn(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - raised by the student's code
+            raise student_exception({"type": type(error).__name__,
+                                     "message": str(error)[:2000]}) from error
+        if grad and getattr(out, "requires_grad", False):
+            return out, args
+        if keep_args:
+            return over_the_wire([out, list(args)])
+        return over_the_wire(out), args
+
+    def __call__(self, *args, **kwargs):
+        return self._run(args, kwargs)[0]
+
+    def call_keeping_args(self, *args, **kwargs):
+        """``(output, the positional arguments as the function left them)``."""
+        out, args = self._run(args, kwargs, keep_args=True)
+        return out, tuple(args)
+
+    def measure(self, *args, **kwargs):
+        """``(output, peak bytes that Python allocated during the call)``, recorded in ``log``."""
+        import tracemalloc
+
+        started = time.perf_counter()
+        tracemalloc.start()
+        try:
+            out = self(*args, **kwargs)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        self.log.append(("memory", self.__name__, peak, time.perf_counter() - started))
+        return out, peak
+
+
+class LocalNamespace(dict):
+    """Globals of a self-check run: trusted names first, then the learner's (``user_ns``), by
+    lookup, as :class:`RemoteNamespace` looks them up in the kernel: a callable becomes a
+    :class:`LocalFunction`, anything else its value as the probe's codec carries it."""
+
+    def __init__(self, user_ns):
+        super().__init__()
+        self["__builtins__"] = builtins
+        self["__name__"] = "__grader__"
+        self.user_ns, self.log = user_ns, []
+
+    def __missing__(self, name):
+        if name in vars(builtins) or name.startswith("__") or name not in self.user_ns:
+            raise KeyError(name)
+        value = self.user_ns[name]
+        if callable(value):
+            return LocalFunction(value, name, self.log)
+        return over_the_wire(value)

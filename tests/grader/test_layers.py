@@ -128,6 +128,13 @@ def test_the_checks_use_the_library_not_the_grader():
                       or n.startswith("autograder.checks")) == []
 
 
+def test_the_self_check_imports_only_the_judges_verdict():
+    """``selfcheck/`` runs in a learner's kernel from the self-check package, which holds
+    ``judge/verdict`` and the probe but nothing else of the grader's processes."""
+    assert violations(GRADER / "selfcheck", lambda n: top(n) in STDLIB | {"IPython", "__main__"}
+                      or n.startswith(("autograder.selfcheck", "autograder.judge.verdict"))) == []
+
+
 def test_the_library_never_imports_the_grader_or_the_build():
     assert violations(ROOT / "lib", lambda n: top(n) not in {"autograder", "scripts"}
                       | TEST_HELPERS) == []
