@@ -37,7 +37,7 @@ __all__ = ["flash_attention", "sliding_window_attention"]
 # matrices (128 x 512: 2x), larger ones leave the caches and waste more work on causal
 # diagonal tiles. The 2 MiB float32 tile keeps peak memory < 1 % of the naive version's.
 DEFAULT_BLOCK_Q = 512
-DEFAULT_BLOCK_K = 1024
+DEFAULT_BLOCK_K = 512
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
 DEFAULT_WINDOW_BLOCK = 128
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
@@ -81,37 +81,41 @@ class _FlashAttention(torch.autograd.Function):
         new = partial(torch.empty, dtype=acc_dtype, device=q.device)
         out = torch.empty(B, H_kv, G, T, Dv, dtype=q.dtype, device=q.device)
         lse = new(B, H_kv, G, T)
-        kf, vf = k.flatten(0, 1), v.flatten(0, 1)  # (BH, S, D), (BH, S, Dv)
+        # K transposed once, (BH, D, S) contiguous: every Q K_j^T product reads its columns in order
+        kt, vf = k.flatten(0, 1).mT.contiguous(), v.flatten(0, 1)  # (BH, D, S), (BH, S, Dv)
         offset = S - T  # causal: query i sees keys j <= i + offset
         # Base 2: with S2 = S * log2(e), exp(S - m) = exp2(S2 - m2), and exp2 is about twice as
         # fast as exp on the CPU (FlashAttention's CUDA kernels do the same); m is in base-2 units.
         scale2 = scale * LOG2_E
-        # every tile is allocated once and reused: scores S/P, accumulator acc, statistics m and l
+        # every tile is allocated once and reused: scores S/P, accumulator acc, statistics m, l, alpha
         rows = G * min(bq, T)  # query rows of a full tile, the group's heads stacked
         scores_buf, acc_buf = new(BH * rows * min(bk, S)), new(BH * rows * Dv)
-        m_buf, m_new_buf, l_buf, rowsum_buf = new(4, BH * rows)
+        m_buf, m_new_buf, l_buf, rowsum_buf, alpha_buf = new(5, BH * rows)
         for i0 in range(0, T, bq):
             i1 = min(i0 + bq, T)
             n = i1 - i0
             q_tile = q[:, :, :, i0:i1].reshape(BH, G * n, D)  # the group's heads stacked
             acc = _tile(acc_buf, BH, G * n, Dv).zero_()  # (BH, G*n, Dv), unnormalised output
-            m, m_new, l, rowsum = (_tile(b, BH, G * n, 1) for b in (m_buf, m_new_buf, l_buf, rowsum_buf))
+            m, m_new, l, rowsum, alpha = (_tile(b, BH, G * n, 1) for b in (m_buf, m_new_buf, l_buf, rowsum_buf, alpha_buf))
             m.fill_(-math.inf)
             l.zero_()
             k_end = min(S, i1 + offset) if causal else S
+            # causal with T > S: rows i < T - S see no key at all, their max stays -inf
+            unseen_rows = causal and i0 + offset < 0
             for j0 in range(0, max(k_end, 0), bk):
                 j1 = min(j0 + bk, k_end)
                 s = _tile(scores_buf, BH, G * n, j1 - j0)  # (BH, G*n, j1-j0)
-                _baddbmm_(s, q_tile, kf[:, j0:j1].mT, beta=0, alpha=scale2)  # S2 = Q_i K_j^T scale log2(e)
+                _baddbmm_(s, q_tile, kt[:, :, j0:j1], beta=0, alpha=scale2)  # S2 = Q_i K_j^T scale log2(e)
                 if causal and j1 - 1 > i0 + offset:  # only tiles crossing the diagonal are masked
                     s.masked_fill_(_future(i0, i1, j0, j1, offset, G, q.device), -math.inf)
                 torch.maximum(m, torch.amax(s, dim=-1, keepdim=True, out=m_new), out=m_new)  # max(m, rowmax)
-                m_safe = m_new.masked_fill(m_new == -math.inf, 0.0)  # rows that saw only masked keys
-                s.sub_(m_safe).exp2_()  # P = exp2(S2 - m_new), in place
-                alpha = torch.exp2(m - m_safe)  # rescales the old l and acc
-                l.mul_(alpha).add_(torch.sum(s, dim=-1, keepdim=True, out=rowsum))  # alpha l + rowsum(P)
+                if unseen_rows:
+                    m_new.masked_fill_(m_new == -math.inf, 0.0)  # exp2(-inf - 0) = 0: P and l stay 0
+                s.sub_(m_new).exp2_()  # P = exp2(S2 - m_new), in place
+                torch.sub(m, m_new, out=alpha).exp2_()  # alpha = exp2(m - m_new) rescales the old l and acc
+                torch.addcmul(torch.sum(s, dim=-1, keepdim=True, out=rowsum), alpha, l, out=l)  # rowsum(P) + alpha l
                 _baddbmm_(acc.mul_(alpha), s.to(v.dtype), vf[:, j0:j1])  # acc = alpha acc + P V_j
-                m.copy_(m_new)
+                m, m_new = m_new, m  # the new max becomes the running one (no copy)
             acc.div_(torch.where(l > 0, l, 1.0))  # the single division; rows that saw nothing stay 0
             out[:, :, :, i0:i1] = acc.view(B, H_kv, G, n, Dv)
             lse[:, :, :, i0:i1] = ((m + torch.log2(l)) * LN_2).view(B, H_kv, G, n)  # unseen rows: -inf
