@@ -20,7 +20,7 @@ docstring first). The torch version adds
 """
 
 import math
-from functools import partial
+from functools import cache, partial
 
 import torch
 
@@ -44,10 +44,15 @@ LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
 LN_2 = math.log(2.0)  # log(x) = log2(x) * LN_2
 
 
-def _future(i0, i1, j0, j1, offset, group, device):
-    """Bool ``(G * n, j1 - j0)``: True where key j lies after query i's position i + offset."""
-    rows = torch.arange(i0, i1, device=device)[:, None] + offset
-    cols = torch.arange(j0, j1, device=device)[None, :]
+def _future(n, width, shift, group, device):
+    """Bool ``(G * n, width)`` mask of a tile: True where column c > row r + shift.
+
+    For the tile of queries ``i0 + r`` and keys ``j0 + c`` with ``shift = i0 + offset - j0``
+    it marks the keys after query i's position ``i + offset``; it depends only on the tile's
+    shape and where the diagonal crosses it, so each pass builds it once per ``shift``.
+    """
+    rows = torch.arange(n, device=device)[:, None] + shift
+    cols = torch.arange(width, device=device)[None, :]
     return (cols > rows).repeat(group, 1)
 
 
@@ -84,6 +89,7 @@ class _FlashAttention(torch.autograd.Function):
         # K transposed once, (BH, D, S) contiguous: every Q K_j^T product reads its columns in order
         kt, vf = k.flatten(0, 1).mT.contiguous(), v.flatten(0, 1)  # (BH, D, S), (BH, S, Dv)
         offset = S - T  # causal: query i sees keys j <= i + offset
+        future = cache(partial(_future, group=G, device=q.device))  # (n, width, shift) -> (G*n, width)
         # Base 2: with S2 = S * log2(e), exp(S - m) = exp2(S2 - m2), and exp2 is about twice as
         # fast as exp on the CPU (FlashAttention's CUDA kernels do the same); m is in base-2 units.
         scale2 = scale * LOG2_E
@@ -107,7 +113,7 @@ class _FlashAttention(torch.autograd.Function):
                 s = _tile(scores_buf, BH, G * n, j1 - j0)  # (BH, G*n, j1-j0)
                 _baddbmm_(s, q_tile, kt[:, :, j0:j1], beta=0, alpha=scale2)  # S2 = Q_i K_j^T scale log2(e)
                 if causal and j1 - 1 > i0 + offset:  # only tiles crossing the diagonal are masked
-                    s.masked_fill_(_future(i0, i1, j0, j1, offset, G, q.device), -math.inf)
+                    s.masked_fill_(future(n, j1 - j0, i0 + offset - j0), -math.inf)
                 torch.maximum(m, torch.amax(s, dim=-1, keepdim=True, out=m_new), out=m_new)  # max(m, rowmax)
                 if unseen_rows:
                     m_new.masked_fill_(m_new == -math.inf, 0.0)  # exp2(-inf - 0) = 0: P and l stay 0
@@ -137,6 +143,7 @@ class _FlashAttention(torch.autograd.Function):
         S, Dv = v.shape[-2], v.shape[-1]
         acc_dtype = lse.dtype
         offset = S - T
+        future = cache(partial(_future, group=G, device=q.device))  # (n, width, shift) -> (G*n, width)
         # D_i - dlse_i: the row term of dS, (B, H_kv, G, T), float32 (unused outputs get zero grads)
         row_term = (d_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1) - d_lse.to(acc_dtype)
         lse_safe = lse.masked_fill(lse == -math.inf, math.inf)  # rows that see nothing: P = 0
@@ -155,7 +162,7 @@ class _FlashAttention(torch.autograd.Function):
                 do_tile = d_out[:, :, :, i0:i1].reshape(B, H_kv, G * n, Dv)
                 s = (q_tile @ k_tile.transpose(-1, -2)).to(acc_dtype).mul_(scale)
                 if causal and j1 - 1 > i0 + offset:
-                    s.masked_fill_(_future(i0, i1, j0, j1, offset, G, q.device), -math.inf)
+                    s.masked_fill_(future(n, j1 - j0, i0 + offset - j0), -math.inf)
                 p = s.sub_(lse_safe[:, :, :, i0:i1].reshape(B, H_kv, G * n, 1)).exp_()  # (B, H_kv, G*n, bk)
                 dv[:, :, j0:j1] += (p.transpose(-1, -2).to(q.dtype) @ do_tile).to(acc_dtype)
                 dp = (do_tile @ v_tile.transpose(-1, -2)).to(acc_dtype)
