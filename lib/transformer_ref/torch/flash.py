@@ -10,17 +10,18 @@ docstring first). The torch version adds
 * device-agnostic code (everything runs where ``q`` lives, CUDA included);
 * the exponentials in base 2: ``log2(e)`` is folded into the scale of ``Q K^T`` and
   ``exp2(S2 - m)`` gives the same ``P`` as ``exp(S - m)`` at about half the cost on the CPU;
-* a forward pass that allocates its tiles once (scores, accumulator, ``m``, ``l``) and
-  updates them in place with fused products (``baddbmm``): 1.16-1.22x the time of
-  ``F.scaled_dot_product_attention`` on one CPU thread at T = 8192, measured on a
-  loaded 2-core machine (benchmarks/README.md);
+* a forward pass that allocates its tiles once (scores, accumulator, ``m``, ``l``),
+  transposes K once, and updates the tiles in place with fused products (``baddbmm``),
+  so that each key tile costs two matrix products and four passes over the score tile
+  (row max, subtract, ``exp2``, row sum); the causal mask of a diagonal tile is built
+  once for all the tiles the diagonal crosses at the same point;
 * float16/bfloat16 inputs: the matrix products run in the input dtype, the
   softmax statistics (``m``, ``l``, ``lse``) and the accumulators in float32,
   and the output keeps the input dtype.
 """
 
 import math
-from functools import cache, partial
+from functools import lru_cache, partial
 
 import torch
 
@@ -30,12 +31,11 @@ from .masks import sliding_window_mask
 
 __all__ = ["flash_attention", "sliding_window_attention"]
 
-# Default tiles, measured on the course machine (T = S = 8192, D = 64, float32,
-# one CPU thread; bench_flash.py --sweep, table in benchmarks/README.md): 512 x 1024
-# was the fastest shape, full and causal, at 1.16-1.22x F.scaled_dot_product_attention;
-# smaller tiles pay the Python and per-op overhead more often and multiply smaller
-# matrices (128 x 512: 2x), larger ones leave the caches and waste more work on causal
-# diagonal tiles. The 2 MiB float32 tile keeps peak memory < 1 % of the naive version's.
+# Default tiles: the fastest shape on the course CPU at every T = S from 1024 to 8192, full
+# and causal (D = 64, float32, one thread; bench_flash.py --sweep and --ratios, figures in
+# benchmarks/README.md). Smaller tiles pay the Python and per-op overhead more often; larger
+# ones leave the L2 cache and waste more work on causal diagonal tiles. The 1 MiB float32
+# tile keeps peak memory < 1 % of the naive version's at T = S = 8192.
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
@@ -49,11 +49,20 @@ def _future(n, width, shift, group, device):
 
     For the tile of queries ``i0 + r`` and keys ``j0 + c`` with ``shift = i0 + offset - j0``
     it marks the keys after query i's position ``i + offset``; it depends only on the tile's
-    shape and where the diagonal crosses it, so each pass builds it once per ``shift``.
+    shape and where the diagonal crosses it, so a pass reuses it (:func:`_future_masks`).
     """
     rows = torch.arange(n, device=device)[:, None] + shift
     cols = torch.arange(width, device=device)[None, :]
     return (cols > rows).repeat(group, 1)
+
+
+def _future_masks(group, device):
+    """``_future`` for one pass, remembering the last four masks.
+
+    With equal tiles a pass crosses the diagonal at one or two shifts, so each mask is built
+    once; four boolean masks take the bytes of one float32 score tile, whatever the tiling.
+    """
+    return lru_cache(maxsize=4)(partial(_future, group=group, device=device))
 
 
 def _tile(buffer, *shape):
@@ -89,7 +98,7 @@ class _FlashAttention(torch.autograd.Function):
         # K transposed once, (BH, D, S) contiguous: every Q K_j^T product reads its columns in order
         kt, vf = k.flatten(0, 1).mT.contiguous(), v.flatten(0, 1)  # (BH, D, S), (BH, S, Dv)
         offset = S - T  # causal: query i sees keys j <= i + offset
-        future = cache(partial(_future, group=G, device=q.device))  # (n, width, shift) -> (G*n, width)
+        future = _future_masks(G, q.device)  # (n, width, shift) -> bool (G*n, width)
         # Base 2: with S2 = S * log2(e), exp(S - m) = exp2(S2 - m2), and exp2 is about twice as
         # fast as exp on the CPU (FlashAttention's CUDA kernels do the same); m is in base-2 units.
         scale2 = scale * LOG2_E
@@ -143,7 +152,7 @@ class _FlashAttention(torch.autograd.Function):
         S, Dv = v.shape[-2], v.shape[-1]
         acc_dtype = lse.dtype
         offset = S - T
-        future = cache(partial(_future, group=G, device=q.device))  # (n, width, shift) -> (G*n, width)
+        future = _future_masks(G, q.device)  # (n, width, shift) -> bool (G*n, width)
         # D_i - dlse_i: the row term of dS, (B, H_kv, G, T), float32 (unused outputs get zero grads)
         row_term = (d_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1) - d_lse.to(acc_dtype)
         lse_safe = lse.masked_fill(lse == -math.inf, math.inf)  # rows that see nothing: P = 0
@@ -201,8 +210,10 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
     FlashAttention-2 backward pass, which recomputes each probability tile from
     the saved ``lse``. Peak extra memory, forward or backward: O(T) per head
     plus one ``batch * H * block_q * block_k`` float32 score tile (and its
-    gradient tile in the backward). ``block_q``/``block_k`` default to 512 and
-    1024 (fastest measured on the course CPU) and are clipped to T and S.
+    gradient tile in the backward) and, causal, at most four boolean masks of
+    diagonal tiles (the bytes of one more float32 tile).
+    ``block_q``/``block_k`` default to 512 and 512 (fastest measured on the
+    course CPU) and are clipped to T and S.
     """
     _check_tensors(q, k, v)
     batch, H, H_kv, group, T, S, D, Dv = check_qkv(q, k, v, grouped=True)
