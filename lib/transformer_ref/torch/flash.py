@@ -10,17 +10,18 @@ docstring first). The torch version adds
 * device-agnostic code (everything runs where ``q`` lives, CUDA included);
 * the exponentials in base 2: ``log2(e)`` is folded into the scale of ``Q K^T`` and
   ``exp2(S2 - m)`` gives the same ``P`` as ``exp(S - m)`` at about half the cost on the CPU;
-* a forward pass that allocates its tiles once (scores, accumulator, ``m``, ``l``) and
-  updates them in place with fused products (``baddbmm``): 1.16-1.22x the time of
-  ``F.scaled_dot_product_attention`` on one CPU thread at T = 8192, measured on a
-  loaded 2-core machine (benchmarks/README.md);
+* a forward pass that allocates its tiles once (scores, accumulator, ``m``, ``l``),
+  transposes K once, and updates the tiles in place with fused products (``baddbmm``),
+  so that each key tile costs two matrix products and four passes over the score tile
+  (row max, subtract, ``exp2``, row sum); the causal mask of a diagonal tile is built
+  once for all the tiles the diagonal crosses at the same point;
 * float16/bfloat16 inputs: the matrix products run in the input dtype, the
   softmax statistics (``m``, ``l``, ``lse``) and the accumulators in float32,
   and the output keeps the input dtype.
 """
 
 import math
-from functools import partial
+from functools import lru_cache, partial
 
 import torch
 
@@ -30,25 +31,38 @@ from .masks import sliding_window_mask
 
 __all__ = ["flash_attention", "sliding_window_attention"]
 
-# Default tiles, measured on the course machine (T = S = 8192, D = 64, float32,
-# one CPU thread; bench_flash.py --sweep, table in benchmarks/README.md): 512 x 1024
-# was the fastest shape, full and causal, at 1.16-1.22x F.scaled_dot_product_attention;
-# smaller tiles pay the Python and per-op overhead more often and multiply smaller
-# matrices (128 x 512: 2x), larger ones leave the caches and waste more work on causal
-# diagonal tiles. The 2 MiB float32 tile keeps peak memory < 1 % of the naive version's.
+# Default tiles: the fastest shape on the course CPU at every T = S from 1024 to 8192, full
+# and causal (D = 64, float32, one thread; bench_flash.py --sweep and --ratios, figures in
+# benchmarks/README.md). Smaller tiles pay the Python and per-op overhead more often; larger
+# ones leave the L2 cache and waste more work on causal diagonal tiles. The 1 MiB float32
+# tile keeps peak memory < 1 % of the naive version's at T = S = 8192.
 DEFAULT_BLOCK_Q = 512
-DEFAULT_BLOCK_K = 1024
+DEFAULT_BLOCK_K = 512
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
 DEFAULT_WINDOW_BLOCK = 128
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
 LN_2 = math.log(2.0)  # log(x) = log2(x) * LN_2
 
 
-def _future(i0, i1, j0, j1, offset, group, device):
-    """Bool ``(G * n, j1 - j0)``: True where key j lies after query i's position i + offset."""
-    rows = torch.arange(i0, i1, device=device)[:, None] + offset
-    cols = torch.arange(j0, j1, device=device)[None, :]
+def _future(n, width, shift, group, device):
+    """Bool ``(G * n, width)`` mask of a tile: True where column c > row r + shift.
+
+    For the tile of queries ``i0 + r`` and keys ``j0 + c`` with ``shift = i0 + offset - j0``
+    it marks the keys after query i's position ``i + offset``; it depends only on the tile's
+    shape and where the diagonal crosses it, so a pass reuses it (:func:`_future_masks`).
+    """
+    rows = torch.arange(n, device=device)[:, None] + shift
+    cols = torch.arange(width, device=device)[None, :]
     return (cols > rows).repeat(group, 1)
+
+
+def _future_masks(group, device):
+    """``_future`` for one pass, remembering the last four masks.
+
+    With equal tiles a pass crosses the diagonal at one or two shifts, so each mask is built
+    once; four boolean masks take the bytes of one float32 score tile, whatever the tiling.
+    """
+    return lru_cache(maxsize=4)(partial(_future, group=group, device=device))
 
 
 def _tile(buffer, *shape):
@@ -81,37 +95,42 @@ class _FlashAttention(torch.autograd.Function):
         new = partial(torch.empty, dtype=acc_dtype, device=q.device)
         out = torch.empty(B, H_kv, G, T, Dv, dtype=q.dtype, device=q.device)
         lse = new(B, H_kv, G, T)
-        kf, vf = k.flatten(0, 1), v.flatten(0, 1)  # (BH, S, D), (BH, S, Dv)
+        # K transposed once, (BH, D, S) contiguous: every Q K_j^T product reads its columns in order
+        kt, vf = k.flatten(0, 1).mT.contiguous(), v.flatten(0, 1)  # (BH, D, S), (BH, S, Dv)
         offset = S - T  # causal: query i sees keys j <= i + offset
+        future = _future_masks(G, q.device)  # (n, width, shift) -> bool (G*n, width)
         # Base 2: with S2 = S * log2(e), exp(S - m) = exp2(S2 - m2), and exp2 is about twice as
         # fast as exp on the CPU (FlashAttention's CUDA kernels do the same); m is in base-2 units.
         scale2 = scale * LOG2_E
-        # every tile is allocated once and reused: scores S/P, accumulator acc, statistics m and l
+        # every tile is allocated once and reused: scores S/P, accumulator acc, statistics m, l, alpha
         rows = G * min(bq, T)  # query rows of a full tile, the group's heads stacked
         scores_buf, acc_buf = new(BH * rows * min(bk, S)), new(BH * rows * Dv)
-        m_buf, m_new_buf, l_buf, rowsum_buf = new(4, BH * rows)
+        m_buf, m_new_buf, l_buf, rowsum_buf, alpha_buf = new(5, BH * rows)
         for i0 in range(0, T, bq):
             i1 = min(i0 + bq, T)
             n = i1 - i0
             q_tile = q[:, :, :, i0:i1].reshape(BH, G * n, D)  # the group's heads stacked
             acc = _tile(acc_buf, BH, G * n, Dv).zero_()  # (BH, G*n, Dv), unnormalised output
-            m, m_new, l, rowsum = (_tile(b, BH, G * n, 1) for b in (m_buf, m_new_buf, l_buf, rowsum_buf))
+            m, m_new, l, rowsum, alpha = (_tile(b, BH, G * n, 1) for b in (m_buf, m_new_buf, l_buf, rowsum_buf, alpha_buf))
             m.fill_(-math.inf)
             l.zero_()
             k_end = min(S, i1 + offset) if causal else S
+            # causal with T > S: rows i < T - S see no key at all, their max stays -inf
+            unseen_rows = causal and i0 + offset < 0
             for j0 in range(0, max(k_end, 0), bk):
                 j1 = min(j0 + bk, k_end)
                 s = _tile(scores_buf, BH, G * n, j1 - j0)  # (BH, G*n, j1-j0)
-                _baddbmm_(s, q_tile, kf[:, j0:j1].mT, beta=0, alpha=scale2)  # S2 = Q_i K_j^T scale log2(e)
+                _baddbmm_(s, q_tile, kt[:, :, j0:j1], beta=0, alpha=scale2)  # S2 = Q_i K_j^T scale log2(e)
                 if causal and j1 - 1 > i0 + offset:  # only tiles crossing the diagonal are masked
-                    s.masked_fill_(_future(i0, i1, j0, j1, offset, G, q.device), -math.inf)
+                    s.masked_fill_(future(n, j1 - j0, i0 + offset - j0), -math.inf)
                 torch.maximum(m, torch.amax(s, dim=-1, keepdim=True, out=m_new), out=m_new)  # max(m, rowmax)
-                m_safe = m_new.masked_fill(m_new == -math.inf, 0.0)  # rows that saw only masked keys
-                s.sub_(m_safe).exp2_()  # P = exp2(S2 - m_new), in place
-                alpha = torch.exp2(m - m_safe)  # rescales the old l and acc
-                l.mul_(alpha).add_(torch.sum(s, dim=-1, keepdim=True, out=rowsum))  # alpha l + rowsum(P)
+                if unseen_rows:
+                    m_new.masked_fill_(m_new == -math.inf, 0.0)  # exp2(-inf - 0) = 0: P and l stay 0
+                s.sub_(m_new).exp2_()  # P = exp2(S2 - m_new), in place
+                torch.sub(m, m_new, out=alpha).exp2_()  # alpha = exp2(m - m_new) rescales the old l and acc
+                torch.addcmul(torch.sum(s, dim=-1, keepdim=True, out=rowsum), alpha, l, out=l)  # rowsum(P) + alpha l
                 _baddbmm_(acc.mul_(alpha), s.to(v.dtype), vf[:, j0:j1])  # acc = alpha acc + P V_j
-                m.copy_(m_new)
+                m, m_new = m_new, m  # the new max becomes the running one (no copy)
             acc.div_(torch.where(l > 0, l, 1.0))  # the single division; rows that saw nothing stay 0
             out[:, :, :, i0:i1] = acc.view(B, H_kv, G, n, Dv)
             lse[:, :, :, i0:i1] = ((m + torch.log2(l)) * LN_2).view(B, H_kv, G, n)  # unseen rows: -inf
@@ -133,6 +152,7 @@ class _FlashAttention(torch.autograd.Function):
         S, Dv = v.shape[-2], v.shape[-1]
         acc_dtype = lse.dtype
         offset = S - T
+        future = _future_masks(G, q.device)  # (n, width, shift) -> bool (G*n, width)
         # D_i - dlse_i: the row term of dS, (B, H_kv, G, T), float32 (unused outputs get zero grads)
         row_term = (d_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1) - d_lse.to(acc_dtype)
         lse_safe = lse.masked_fill(lse == -math.inf, math.inf)  # rows that see nothing: P = 0
@@ -151,7 +171,7 @@ class _FlashAttention(torch.autograd.Function):
                 do_tile = d_out[:, :, :, i0:i1].reshape(B, H_kv, G * n, Dv)
                 s = (q_tile @ k_tile.transpose(-1, -2)).to(acc_dtype).mul_(scale)
                 if causal and j1 - 1 > i0 + offset:
-                    s.masked_fill_(_future(i0, i1, j0, j1, offset, G, q.device), -math.inf)
+                    s.masked_fill_(future(n, j1 - j0, i0 + offset - j0), -math.inf)
                 p = s.sub_(lse_safe[:, :, :, i0:i1].reshape(B, H_kv, G * n, 1)).exp_()  # (B, H_kv, G*n, bk)
                 dv[:, :, j0:j1] += (p.transpose(-1, -2).to(q.dtype) @ do_tile).to(acc_dtype)
                 dp = (do_tile @ v_tile.transpose(-1, -2)).to(acc_dtype)
@@ -190,8 +210,10 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
     FlashAttention-2 backward pass, which recomputes each probability tile from
     the saved ``lse``. Peak extra memory, forward or backward: O(T) per head
     plus one ``batch * H * block_q * block_k`` float32 score tile (and its
-    gradient tile in the backward). ``block_q``/``block_k`` default to 512 and
-    1024 (fastest measured on the course CPU) and are clipped to T and S.
+    gradient tile in the backward) and, causal, at most four boolean masks of
+    diagonal tiles (the bytes of one more float32 tile).
+    ``block_q``/``block_k`` default to 512 and 512 (fastest measured on the
+    course CPU) and are clipped to T and S.
     """
     _check_tensors(q, k, v)
     batch, H, H_kv, group, T, S, D, Dv = check_qkv(q, k, v, grouped=True)
