@@ -35,6 +35,9 @@ is seen (``probe-tampered``). Standard library only; PyTorch is never imported h
 import sys
 
 EVENT = "autograder.sdpa"  # the probe's question (kept equal to probe.SDPA_EVENT)
+# JSON {socket path: listening descriptor} the worker passed in (kept equal to
+# autograder.sandbox.launcher.SOCKETS_ENV)
+SOCKETS_ENV = "AUTOGRADER_SOCKETS"
 NAME = "scaled_dot_product_attention"
 TRIGGERS = frozenset({"import", "exec", "compile", EVENT})  # when to look for PyTorch again
 
@@ -124,6 +127,30 @@ def install():
     sys.addaudithook(audit)
 
 
+def adopt_sockets(environ):
+    """Make ZeroMQ bind each of the kernel's sockets on the listening descriptor the worker
+    passed in (:data:`SOCKETS_ENV`) instead of creating a socket file: the socket folder is
+    read-only in the sandbox, and only the worker creates anything there. Each descriptor
+    is used once; a bind to any other address is ZeroMQ's own."""
+    import json
+
+    passed = json.loads(environ.pop(SOCKETS_ENV, "") or "{}")
+    if not passed:
+        return
+    import zmq
+
+    bind = zmq.Socket.bind
+
+    def bind_passed(self, address):
+        path = address[len("ipc://"):] if address.startswith("ipc://") else None
+        fd = passed.pop(path, None)
+        if fd is not None:
+            self.setsockopt(zmq.USE_FD, fd)
+        return bind(self, address)
+
+    zmq.Socket.bind = bind_passed
+
+
 def main():
     """Install the hook, then run ipykernel as ``python -m ipykernel_launcher`` does.
 
@@ -134,7 +161,10 @@ def main():
     """
     import runpy
 
+    import os
+
     install()
+    adopt_sockets(os.environ)
     sys.modules["debugpy"] = None  # an import of it raises ImportError: ipykernel skips it
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 
