@@ -7,9 +7,27 @@ the workers, the executor, the sandbox launcher and the course's
 the sandbox launcher as JSON in one environment variable.
 """
 
+import resource
 from dataclasses import dataclass
 
 from ..sandbox.limits import SandboxLimits
+
+# Address space of one grading process (a local worker, or a Dask worker that grades): its
+# own cap, apart from its kernels'. A worker grading normally uses 125-300 MiB (about 0.7 GiB
+# of address space with PyTorch loaded); a reply is bounded before it is decoded
+# (autograder.kernel.probe.check_bounds), and anything that still asks for more gets a
+# MemoryError inside the judge, which fails that test cell, not the worker.
+WORKER_MEMORY_MB = 4096
+
+
+def cap_worker_memory(mb=WORKER_MEMORY_MB):
+    """Set this process's soft ``RLIMIT_AS`` to ``mb`` MiB (the hard limit stays: the sandbox
+    launcher of each kernel sets the kernel's own cap, see ``launcher.set_rlimits``)."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = mb * 2**20
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
 @dataclass(frozen=True)

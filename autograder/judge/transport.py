@@ -19,7 +19,8 @@ request of that cell fails at once, without a word to the kernel.
 Every wait is bounded by the time the request is given, and checks every
 :data:`POLL_SECONDS` that the kernel is alive. A reply is at most
 :data:`~autograder.kernel.probe.MAX_TEXT` bytes, decoded with the probe's codec (JSON, no
-pickle). The transport counts round trips and bytes, and remembers what the kernel did
+pickle), which bounds its values before it parses
+(:func:`~autograder.kernel.probe.check_bounds`). The transport counts round trips and bytes, and remembers what the kernel did
 when a request failed (:class:`Lost`), which tells the executor whether the kernel must
 be interrupted or replaced. The judge holds a transport and never sees the executor; the
 executor makes one per kernel it starts.
@@ -132,6 +133,7 @@ class KernelTransport:
             text = received.decode("ascii")
         except UnicodeDecodeError:
             text = None
+        del received  # one copy of a large reply at a time
         return probe.decode(text, import_torch)
 
     def end_session(self):
@@ -209,7 +211,7 @@ class KernelTransport:
         self._timed_out()
 
     def _receive(self, size, deadline):
-        """``size`` bytes of the kernel's frame, within ``deadline``."""
+        """``size`` bytes of the kernel's frame (a bytearray), within ``deadline``."""
         buf, got = bytearray(size), 0
         view = memoryview(buf)
         while got < size:
@@ -228,7 +230,7 @@ class KernelTransport:
                 self._check_alive(grace=DEATH_SECONDS)
                 self._broken()
             got += n
-        return bytes(buf)
+        return buf
 
     def _check_alive(self, grace=0.0):
         """JudgeError (:attr:`Lost.DIED`) if the kernel is gone, or goes within ``grace`` s."""

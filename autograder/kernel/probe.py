@@ -34,7 +34,12 @@ defers work until ``fetch`` is still measured: the window closes after the reply
 
 Everything crosses the boundary as JSON text whose arrays are ``.npy`` bytes
 (base64), read back with ``allow_pickle=False``: the worker never unpickles data
-that a student's process produced. :func:`encode` and :func:`decode` are the
+that a student's process produced. A message is bounded before it is parsed
+(:func:`check_bounds`): at most :data:`MAX_TEXT` characters and :data:`MAX_VALUES` values,
+counted on the text itself before ``json.loads`` builds a single object, so what decoding
+costs the worker is bounded by these figures (a 64 MB message of 22 million empty dicts is
+refused before one is built); nesting is bounded while parsing (the JSON parser's recursion
+guard) and to :data:`MAX_DEPTH` levels as the value is rebuilt. :func:`encode` and :func:`decode` are the
 codec of both sides (the worker imports this module; the kernel executes its
 source), so there is one definition of the format.
 """
@@ -52,6 +57,8 @@ import numpy as np
 DTYPES = frozenset("?bBhHiIlLqQefdgFDG")
 MAX_TEXT = 64 * 2**20  # largest encoded message the worker accepts
 MAX_DEPTH = 20  # containers nested deeper than this are refused both ways
+MAX_VALUES = 200_000  # containers plus separated items in one message (a tagged number is one
+                      # dict of two items; 200,000 dicts cost the worker about 60 MB)
 FRAME = struct.Struct("!Q")  # a frame on the judge's line: its length, then that many bytes
 
 
@@ -202,14 +209,30 @@ def _text(jsonable):
     return json.dumps(jsonable, separators=(",", ":"))
 
 
+def check_bounds(text):
+    """Raise :class:`ProbeError` unless ``text`` is at most :data:`MAX_TEXT` characters that
+    would build at most :data:`MAX_VALUES` values.
+
+    Counted on the text with ``str.count`` before anything is parsed: every opening bracket
+    is a container and every comma separates one more item (brackets and commas inside
+    strings count too, which only makes the bound stricter), and closing brackets are
+    counted alike (a message of nothing but ``]`` is refused as well).
+    """
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise ProbeError("message missing or too large")
+    opened = text.count("{") + text.count("[")
+    if opened + text.count(",") > MAX_VALUES or text.count("}") + text.count("]") > MAX_VALUES:
+        raise ProbeError(f"message of more than {MAX_VALUES:,} values")
+
+
 def decode(text, torch=None):
     """The value :func:`encode` produced; raises :class:`ProbeError` on anything else.
 
     ``torch``: the module tensors are rebuilt with, or a function that returns it (called
-    only if a tensor arrives), or None (tensors arrive as NumPy arrays).
+    only if a tensor arrives), or None (tensors arrive as NumPy arrays). The text is bounded
+    (:func:`check_bounds`) before it is parsed.
     """
-    if not isinstance(text, str) or len(text) > MAX_TEXT:
-        raise ProbeError("message missing or too large")
+    check_bounds(text)
     try:
         return _from_jsonable(json.loads(text), torch)
     except ProbeError:

@@ -153,18 +153,22 @@ def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root, socke
 
 def rlimits(limits: SandboxLimits):
     """``(resource, value)`` caps, soft and hard alike: address space, CPU seconds, file size,
-    no core dumps (0 in ``limits``: no cap of that kind)."""
-    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits.disk_mb * 2**20)]
-    if limits.memory_mb > 0:
-        caps.append((resource.RLIMIT_AS, limits.memory_mb * 2**20))
+    no core dumps (0 in ``limits``: no cap of that kind; for the address space, none of the
+    grading worker's own either)."""
+    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits.disk_mb * 2**20),
+            (resource.RLIMIT_AS, limits.memory_mb * 2**20 or resource.RLIM_INFINITY)]
     if limits.cpu_seconds > 0:
         caps.append((resource.RLIMIT_CPU, limits.cpu_seconds))
     return caps
 
 
 def set_rlimits(limits: SandboxLimits):
-    """Set :func:`rlimits`: inherited by bubblewrap and the kernel."""
+    """Set :func:`rlimits`: inherited by bubblewrap and the kernel (never above a hard
+    limit this process was given)."""
     for which, value in rlimits(limits):
+        hard = resource.getrlimit(which)[1]
+        if hard != resource.RLIM_INFINITY and (value == resource.RLIM_INFINITY or value > hard):
+            value = hard
         resource.setrlimit(which, (value, value))
 
 
