@@ -1,5 +1,11 @@
 """The kernel's socket folder is the grader's, read-only to the kernel: no path race, no bytes.
 
+Every byte a kernel writes is in its private scratch (a tmpfs of ``--disk-mb``, charged to
+its memory cgroup): a kernel that writes everywhere it reaches, its socket folder first,
+leaves the host's ``/tmp`` as it was and cannot stop a classmate's kernel from starting
+(run in a private mount namespace whose ``/tmp`` is a 24 MiB tmpfs, so the host's own
+``/tmp`` is never filled).
+
 The worker binds, chmods and unlinks the judge's socket by path in the kernel's socket
 folder, as root, once per judged cell. A folder the kernel could write would let it swap
 ``judge`` for a symbolic link (``renameat2`` with ``RENAME_EXCHANGE`` in a loop) between
@@ -297,3 +303,84 @@ print(json.dumps({"uid": os.getuid(), "tries": tries, "writable": os.access(d, o
     assert seen["uid"] == NOBODY and not seen["writable"]
     assert set(seen["tries"].values()) == {"Read-only file system"}, seen
     assert not folder.exists()
+
+
+# Run in a private mount namespace whose /tmp is a small tmpfs of its own (the host's /tmp is
+# never filled): kernel A writes everywhere it can reach, as much as it can, its socket folder
+# first; then the host's /tmp must have lost nothing to it, and kernel B must start and answer.
+FILL_TMP = r'''
+import json, os, sys
+from jupyter_client.utils import run_sync
+from autograder.core.limits import Limits
+from autograder.judge.kernel_manager import SandboxedKernelManager
+
+os.environ.update(Limits(disk_mb=48).environment())
+
+def started():
+    km = SandboxedKernelManager(kernel_name="python3")
+    run_sync(km.start_kernel)()
+    kc = km.client()
+    kc.start_channels()
+    run_sync(kc.wait_for_ready)(timeout=60)
+    return km, kc
+
+FILL = """
+import os, json
+from ipykernel.connect import get_connection_file
+written = {}
+for folder in (os.path.dirname(get_connection_file()), "/tmp", "/", "/dev"):
+    total, i = 0, 0
+    while True:
+        try:
+            with open(f"{folder}/fill{i}", "wb") as f:
+                for _ in range(64):
+                    f.write(b"x" * 2**20)
+                    total += 2**20
+        except OSError as error:
+            written[folder] = [total, error.strerror]
+            break
+        i += 1
+print(json.dumps(written))
+"""
+
+def run(kc, code):
+    out = []
+    reply = run_sync(kc.execute_interactive)(code, timeout=300, output_hook=lambda m: out.append(
+        m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+    return reply["content"]["status"], "".join(out)
+
+free = lambda: os.statvfs("/tmp").f_bavail * os.statvfs("/tmp").f_frsize
+before = free()
+a_km, a_kc = started()
+status, written = run(a_kc, FILL)
+during = free()
+b_km, b_kc = started()
+b_status, two = run(b_kc, "print(1 + 1)")
+for km, kc in ((a_km, a_kc), (b_km, b_kc)):
+    kc.stop_channels()
+    run_sync(km.shutdown_kernel)(now=True)
+print(json.dumps({"written": json.loads(written), "before": before, "during": during,
+                  "b": [b_status, two.strip()]}))
+'''
+
+
+def test_a_kernel_that_fills_every_folder_it_reaches_cannot_stop_its_classmates():
+    need_root_sandbox()
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed for a private mount namespace")
+    script = ("mount --make-rprivate / && mount -t tmpfs -o size=24m,mode=1777 tmpfs /tmp && "
+              f"exec {sys.executable} -c \"$0\"")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script, FILL_TMP],
+                          capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    folder = [f for f in seen["written"] if f.startswith("/tmp/kernel-")][0]
+    # nothing in the socket folder; the scratch took the disk cap (48 MiB) and no more
+    assert seen["written"][folder] == [0, "Read-only file system"], seen
+    assert 40 * 2**20 <= seen["written"]["/tmp"][0] <= 48 * 2**20, seen
+    assert seen["written"]["/tmp"][1] == "No space left on device", seen
+    assert seen["written"]["/"][0] == seen["written"]["/dev"][0] == 0, seen
+    # the host's /tmp (24 MiB here) lost nothing but the sockets' inodes, and B started
+    assert seen["before"] - seen["during"] < 2**20, seen
+    assert seen["b"] == ["ok", "2"], seen
