@@ -154,8 +154,9 @@ def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root, socke
 def rlimits(limits: SandboxLimits):
     """``(resource, value)`` caps, soft and hard alike: address space, CPU seconds, file size,
     no core dumps (0 in ``limits``: no cap of that kind; for the address space, none of the
-    grading worker's own either)."""
+    grading worker's own either, whose data cap the kernel does not inherit)."""
     caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits.disk_mb * 2**20),
+            (resource.RLIMIT_DATA, resource.RLIM_INFINITY),  # not the grading worker's own cap
             (resource.RLIMIT_AS, limits.memory_mb * 2**20 or resource.RLIM_INFINITY)]
     if limits.cpu_seconds > 0:
         caps.append((resource.RLIMIT_CPU, limits.cpu_seconds))

@@ -25,7 +25,6 @@ from pathlib import Path
 from distributed import WorkerPlugin
 
 from ..core.gradebook import drop_engine, sqlite_url
-from ..core.limits import cap_worker_memory
 from ..core.nbgrader_config import prepare_nbgrader
 from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
@@ -61,7 +60,6 @@ class GradingPlugin(WorkerPlugin):
     def setup(self, worker=None):
         if self.payload.settings.sandboxed and (reason := unavailable_reason()):
             raise RuntimeError(f"cannot grade untrusted notebooks safely on this worker: {reason}")
-        cap_worker_memory()  # the worker's own cap, as a local worker's
         workdir = Path(tempfile.mkdtemp(prefix=f"autograder-{self.payload.settings.run_id}-"))
         release = workdir / "release"
         release.mkdir()

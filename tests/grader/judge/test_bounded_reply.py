@@ -119,7 +119,7 @@ CAPPED = """
 import resource, sys
 from autograder.core.limits import cap_worker_memory
 cap_worker_memory(512)
-soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
 try:
     ballast = bytearray(1024 * 2**20)
     print("allocated", soft, hard)
@@ -129,12 +129,13 @@ except MemoryError:
 
 
 def test_a_grading_process_has_an_address_space_cap_of_its_own():
-    """Over its cap a grading process gets MemoryError (which the judge turns into that test
-    cell's verdict), never the whole host's memory; the hard limit stays for the kernels."""
+    """Over its cap a local grading worker gets MemoryError (which the judge turns into that
+    test cell's verdict), never the whole host's memory; the hard limit stays for the kernels,
+    whose launcher lifts the soft one."""
     done = subprocess.run([sys.executable, "-c", CAPPED], capture_output=True, text=True,
                           timeout=120, check=True)
     word, soft, hard = done.stdout.split()
     assert word == "MemoryError"
     assert int(soft) == 512 * 2**20
-    assert int(hard) == resource.getrlimit(resource.RLIMIT_AS)[1]
+    assert int(hard) == resource.getrlimit(resource.RLIMIT_DATA)[1]
     assert WORKER_MEMORY_MB >= 2048 and callable(cap_worker_memory)

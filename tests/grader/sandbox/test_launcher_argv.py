@@ -125,10 +125,12 @@ def test_the_disk_cap_follows_the_limits():
 def test_rlimits_are_the_caps_and_zero_means_none():
     assert launcher.rlimits(LIMITS) == [
         (resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 48 * 1024 * 1024),
+        (resource.RLIMIT_DATA, resource.RLIM_INFINITY),
         (resource.RLIMIT_AS, 1024 * 1024 * 1024), (resource.RLIMIT_CPU, 90)]
     none = SandboxLimits(memory_mb=0, max_tasks=0, disk_mb=2, cpu_seconds=0)
     assert launcher.rlimits(none) == [(resource.RLIMIT_CORE, 0),
                                       (resource.RLIMIT_FSIZE, 2 * 1024 * 1024),
+                                      (resource.RLIMIT_DATA, resource.RLIM_INFINITY),
                                       (resource.RLIMIT_AS, resource.RLIM_INFINITY)]
 
 
