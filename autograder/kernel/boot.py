@@ -20,9 +20,19 @@ the next cell and before each judged call) it replaces, with counting wrappers,
   fallback, ...), once PyTorch's import has finished (so an operator called in the very
   statement after PyTorch's first import, inside a judged call, is not yet counted).
 
+* and, on the kernel's main thread, a ``TorchFunctionMode`` pushed onto PyTorch's mode stack
+  for good: every Python entry to an operator whose own name holds ``scaled_dot_product``
+  passes it, by whatever name or path it was reached (``torch._scaled_dot_product_attention_math``,
+  ``torch._scaled_dot_product_flash_attention_for_cpu``, ``torch._C._jit_get_operation``, the
+  original function dug out of a wrapper's closure). A call through a wrapper is counted once.
+  It costs every PyTorch call on the main thread a few microseconds (none where PyTorch is
+  not loaded); calls on other threads, or under ``torch._C.DisableTorchFunction``, are seen by
+  the wrappers only.
+
 The probe (:mod:`autograder.kernel.probe`) asks for the count around each judged call
 with the audit event ``autograder.sdpa``; the hook answers ``(calls, intact)``, where
-``intact`` says that every wrapper is still where it was put. No audit hook can be added
+``intact`` says that every wrapper is still where it was put and the mode still on the
+stack. No audit hook can be added
 after this one (Python then drops the new hook silently): a later hook could rewrite the
 answer. What an in-process hook
 cannot see, and the judge's docs say so: code that reaches the original function
@@ -32,6 +42,7 @@ counter in memory. Removing or replacing a wrapper, or silencing the audit event
 is seen (``probe-tampered``). Standard library only; PyTorch is never imported here.
 """
 
+import _thread
 import sys
 
 EVENT = "autograder.sdpa"  # the probe's question (kept equal to probe.SDPA_EVENT)
@@ -46,12 +57,19 @@ def install():
     """Add the audit hook that hooks SDPA once PyTorch is loaded and answers the probe."""
     calls = [0]
     hooked = []     # (owner, attribute, wrapper) of every wrapper put in place
-    state = {"busy": False}
+    state = {"busy": False, "inside": 0, "mode": None}
+    main = _thread.get_ident()  # the kernel's main thread: cells and the probe run there
 
+    # a call is counted once: by a wrapper, or by the dispatcher mode when no wrapper (whose
+    # own call of the original the mode sees) is on the way (state["inside"])
     def counted(original):
         def scaled_dot_product_attention(*args, **kwargs):
-            calls[0] += 1
-            return original(*args, **kwargs)
+            calls[0] += not state["inside"]  # the mode may hand the call back to a wrapper
+            state["inside"] += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                state["inside"] -= 1
 
         scaled_dot_product_attention.__doc__ = getattr(original, "__doc__", None)
         return scaled_dot_product_attention
@@ -65,8 +83,12 @@ def install():
             object.__setattr__(self, "_op", op)
 
         def __call__(self, *args, **kwargs):
-            calls[0] += 1
-            return self._op(*args, **kwargs)
+            calls[0] += not state["inside"]  # the mode may hand the call back to a wrapper
+            state["inside"] += 1
+            try:
+                return self._op(*args, **kwargs)
+            finally:
+                state["inside"] -= 1
 
         def __getattr__(self, name):
             value = getattr(self._op, name)
@@ -103,7 +125,41 @@ def install():
         hooked.extend(wrappers)
         return True
 
+    def hook_dispatch():
+        """A torch function mode on the main thread's stack (once PyTorch's import has
+        finished): every Python entry to an SDPA operator passes it, whatever the name or
+        path (``torch._scaled_dot_product_attention_math``, ``torch.ops.aten...``,
+        ``torch._C._jit_get_operation('aten::...')``, the original dug out of a wrapper);
+        it counts the operator's own name, not the student's spelling of it."""
+        torch = sys.modules.get("torch")
+        if (torch is None or getattr(torch.__spec__, "_initializing", True) is not False
+                or _thread.get_ident() != main):
+            return False
+        from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+        state["stack"] = _get_current_function_mode_stack
+
+        class CountingMode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if "scaled_dot_product" in name and "backward" not in name:
+                    calls[0] += not state["inside"]
+                    state["inside"] += 1  # func may be a wrapper: counted here, not again
+                    try:
+                        return func(*args, **(kwargs or {}))
+                    finally:
+                        state["inside"] -= 1
+                return func(*args, **(kwargs or {}))
+
+        mode = CountingMode()
+        mode.__enter__()  # pushed for good: never left
+        state["mode"] = mode
+        return True
+
     def intact():
+        mode = state["mode"]
+        if mode is not None and _thread.get_ident() == main and mode not in state["stack"]():
+            return False
         return all(owner.__dict__.get(attribute) is wrapper for owner, attribute, wrapper in hooked)
 
     def audit(event, args):
@@ -123,7 +179,7 @@ def install():
         if event == EVENT and args and isinstance(args[0], list):
             args[0].append((calls[0], intact()))
 
-    pending = [hook_functional, hook_aten]
+    pending = [hook_functional, hook_aten, hook_dispatch]
     sys.addaudithook(audit)
 
 

@@ -35,7 +35,12 @@ calls = [lambda: getattr(F, name)(q, q, q),          # a computed name, same sta
          lambda: getattr(torch.ops.aten, name).default(q, q, q),
          lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q[None], q[None], q[None]),
          lambda: torch._C._nn.scaled_dot_product_attention(q, q, q),
-         lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)]
+         lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q),
+         # private kernels and the JIT's handle, by names built at run time (the dispatcher mode)
+         lambda: getattr(torch, "_scaled_dot_product_" + "attention_math")(q, q, q),
+         lambda: getattr(torch, "_scaled_dot_product_" + "flash_attention_for_cpu")(q[None], q[None], q[None]),
+         lambda: torch._C._jit_get_operation("aten::" + name)[0](q, q, q),
+         lambda: torch._C._jit_get_operation("aten::_" + name + "_math")[0](q, q, q)]
 for call in calls:
     call()
     seen.append(probe._sdpa_count())
@@ -55,6 +60,8 @@ setattr(F, name, wrapper)
 seen.append(probe._sdpa_count())
 sys.addaudithook(lambda event, args: None)
 seen.append(probe._sdpa_count())
+torch._C._pop_torch_function_stack()  # the dispatcher mode taken off the stack
+seen.append(probe._sdpa_count())
 print(json.dumps({"seen": seen, "overhead_us": (counted - plain) * 1e6}))
 '''
 
@@ -66,8 +73,10 @@ def test_every_name_counts_and_removal_is_seen():
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     seen = report["seen"]
-    assert seen[:8] == [[i, True] for i in range(8)]  # one more for each of the 7 names
-    assert seen[8] == [2007, False]  # the 40 x 50 timed calls counted; a wrapper taken out
-    assert seen[9] == [2007, True]   # ... and put back
-    assert seen[10] == [2007, True]   # another audit hook, which could rewrite it, is refused
+    assert seen[:12] == [[i, True] for i in range(12)]  # one more for each of the 11 names
+    # the 2 x 40 x 50 timed calls counted: the original dug out of the wrapper's closure too
+    assert seen[12] == [4011, False]  # a wrapper taken out
+    assert seen[13] == [4011, True]   # ... and put back
+    assert seen[14] == [4011, True]   # another audit hook, which could rewrite it, is refused
+    assert seen[15] == [4011, False]  # the dispatcher's mode popped
     assert report["overhead_us"] < 50, report  # microseconds per call, on a loaded machine
