@@ -147,3 +147,18 @@ def test_the_launcher_refuses_missing_or_bad_limits_in_one_line(value, message):
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_passed_sockets_reach_the_kernel_and_the_boot_code_reads_that_name(as_root):
+    """The worker's listening descriptors are named to the kernel in one variable, whose name
+    the boot code (standard library only, run as ``-c`` source) keeps equal."""
+    from autograder.kernel import boot
+
+    assert boot.SOCKETS_ENV == launcher.SOCKETS_ENV
+    passed = '{"/tmp/x/k-1": 5}'
+    env = dict(v for name, v in parse(launcher.bwrap_argv(KERNEL, SOCKETS, LIMITS, as_root=as_root,
+                                                          sockets=passed))[1] if name == "--setenv")
+    assert env[launcher.SOCKETS_ENV] == passed
+    plain = dict(v for name, v in parse(launcher.bwrap_argv(KERNEL, SOCKETS, LIMITS,
+                                                            as_root=as_root))[1] if name == "--setenv")
+    assert launcher.SOCKETS_ENV not in plain
