@@ -5,7 +5,8 @@ which decides) and the student's kernel (where :mod:`autograder.kernel.probe` an
 
 A judged cell is one *session*. The first request of a cell listens on a Unix socket in
 the kernel's private folder (the folder of its connection file, which only this kernel's
-sandbox mounts) and sends one ``execute_request`` (:data:`SESSION`); the kernel connects,
+sandbox mounts, read-only: the folder is the grader's, so the unlink, bind and chmod of the
+socket by path act on what the worker made, never on a link the kernel put there) and sends one ``execute_request`` (:data:`SESSION`); the kernel connects,
 takes the probe's source as the first frame, installs it afresh (once per judged cell: a
 second session of the same cell, around a measured call's solution cells, keeps it) and
 calls :func:`~autograder.kernel.probe.serve`. From then on each request is one
