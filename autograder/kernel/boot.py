@@ -20,19 +20,20 @@ the next cell and before each judged call) it replaces, with counting wrappers,
   fallback, ...), once PyTorch's import has finished (so an operator called in the very
   statement after PyTorch's first import, inside a judged call, is not yet counted).
 
-* and, on the kernel's main thread, a ``TorchFunctionMode`` pushed onto PyTorch's mode stack
-  for good: every Python entry to an operator whose own name holds ``scaled_dot_product``
-  passes it, by whatever name or path it was reached (``torch._scaled_dot_product_attention_math``,
-  ``torch._scaled_dot_product_flash_attention_for_cpu``, ``torch._C._jit_get_operation``, the
-  original function dug out of a wrapper's closure). A call through a wrapper is counted once.
-  It costs every PyTorch call on the main thread a few microseconds (none where PyTorch is
-  not loaded); calls on other threads, or under ``torch._C.DisableTorchFunction``, are seen by
-  the wrappers only.
+* and, on the kernel's main thread while a judged call runs (the probe opens and closes
+  the window with the same audit event), a ``TorchFunctionMode`` on PyTorch's mode stack:
+  every Python entry to an operator whose own name holds ``scaled_dot_product`` passes it,
+  by whatever name or path it was reached (``torch._scaled_dot_product_attention_math``,
+  ``torch._scaled_dot_product_flash_attention_for_cpu``, ``torch._C._jit_get_operation``,
+  the original function dug out of a wrapper's closure). A call through a wrapper is
+  counted once. It costs each PyTorch call inside a judged call a few microseconds, and
+  nothing elsewhere (the student's own cells run without it); calls on other threads, or
+  under ``torch._C.DisableTorchFunction``, are seen by the wrappers only.
 
 The probe (:mod:`autograder.kernel.probe`) asks for the count around each judged call
 with the audit event ``autograder.sdpa``; the hook answers ``(calls, intact)``, where
-``intact`` says that every wrapper is still where it was put and the mode still on the
-stack. No audit hook can be added
+``intact`` says that every wrapper is still where it was put and, when a window closes,
+that the mode is still on top of the stack (popped or buried: not intact). No audit hook can be added
 after this one (Python then drops the new hook silently): a later hook could rewrite the
 answer. What an in-process hook
 cannot see, and the judge's docs say so: code that reaches the original function
@@ -57,7 +58,8 @@ def install():
     """Add the audit hook that hooks SDPA once PyTorch is loaded and answers the probe."""
     calls = [0]
     hooked = []     # (owner, attribute, wrapper) of every wrapper put in place
-    state = {"busy": False, "inside": 0, "mode": None}
+    state = {"busy": False, "inside": 0, "mode": None, "stack": None, "window": False,
+             "pushed": False}
     main = _thread.get_ident()  # the kernel's main thread: cells and the probe run there
 
     # a call is counted once: by a wrapper, or by the dispatcher mode when no wrapper (whose
@@ -126,18 +128,15 @@ def install():
         return True
 
     def hook_dispatch():
-        """A torch function mode on the main thread's stack (once PyTorch's import has
-        finished): every Python entry to an SDPA operator passes it, whatever the name or
-        path (``torch._scaled_dot_product_attention_math``, ``torch.ops.aten...``,
-        ``torch._C._jit_get_operation('aten::...')``, the original dug out of a wrapper);
-        it counts the operator's own name, not the student's spelling of it."""
+        """The torch function mode that counts on the main thread while a judged call runs
+        (once PyTorch's import has finished): every Python entry to an SDPA operator passes
+        it, whatever the name or path (``torch._scaled_dot_product_attention_math``,
+        ``torch.ops.aten...``, ``torch._C._jit_get_operation('aten::...')``, the original dug
+        out of a wrapper); it counts the operator's own name, not the student's spelling."""
         torch = sys.modules.get("torch")
-        if (torch is None or getattr(torch.__spec__, "_initializing", True) is not False
-                or _thread.get_ident() != main):
+        if torch is None or getattr(torch.__spec__, "_initializing", True) is not False:
             return False
         from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
-
-        state["stack"] = _get_current_function_mode_stack
 
         class CountingMode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -151,15 +150,33 @@ def install():
                         state["inside"] -= 1
                 return func(*args, **(kwargs or {}))
 
-        mode = CountingMode()
-        mode.__enter__()  # pushed for good: never left
-        state["mode"] = mode
+        state["stack"], state["mode"] = _get_current_function_mode_stack, CountingMode()
+        if state["window"]:  # PyTorch was imported inside the judged call: count from now
+            push()
+        return True
+
+    def push():
+        if state["mode"] is not None and not state["pushed"] and _thread.get_ident() == main:
+            state["mode"].__enter__()
+            state["pushed"] = True
+
+    def window(phase):
+        """Open or close the window of a judged call; False if the mode was tampered with
+        (popped, or buried under another mode the student pushed) while it was open."""
+        if phase == "open":
+            state["window"] = True
+            push()
+        elif phase == "close" and _thread.get_ident() == main:
+            state["window"] = False
+            if state["pushed"]:
+                stack = state["stack"]()
+                if not stack or stack[-1] is not state["mode"]:
+                    return False
+                state["mode"].__exit__(None, None, None)
+                state["pushed"] = False
         return True
 
     def intact():
-        mode = state["mode"]
-        if mode is not None and _thread.get_ident() == main and mode not in state["stack"]():
-            return False
         return all(owner.__dict__.get(attribute) is wrapper for owner, attribute, wrapper in hooked)
 
     def audit(event, args):
@@ -177,7 +194,8 @@ def install():
             finally:
                 state["busy"] = False
         if event == EVENT and args and isinstance(args[0], list):
-            args[0].append((calls[0], intact()))
+            kept = window(args[1] if len(args) > 1 else None)
+            args[0].append((calls[0], intact() and kept))
 
     pending = [hook_functional, hook_aten, hook_dispatch]
     sys.addaudithook(audit)

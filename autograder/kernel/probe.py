@@ -256,13 +256,17 @@ def _error(error):
 SDPA_EVENT = "autograder.sdpa"  # the audit event that the kernel's boot code answers
 
 
-def _sdpa_count():
-    """``[calls so far, hooks intact]`` from the boot code, or None if nothing answered."""
+def _sdpa_count(phase=None):
+    """``[calls so far, hooks intact]`` from the boot code, or None if nothing answered.
+
+    ``phase`` ``"open"`` (before a judged call) and ``"close"`` (after it) bracket the window
+    in which the boot code's dispatcher mode counts every SDPA operator (see
+    :mod:`autograder.kernel.boot`)."""
     import sys
 
     box = []
     try:
-        sys.audit(SDPA_EVENT, box)
+        sys.audit(SDPA_EVENT, box, phase)
     except Exception:  # noqa: BLE001 - a replaced sys.audit: reported as no answer
         return None
     if len(box) != 1 or not isinstance(box[0], tuple) or len(box[0]) != 2:
@@ -272,7 +276,7 @@ def _sdpa_count():
 
 
 def _sdpa_during(before):
-    after = _sdpa_count()
+    after = _sdpa_count("close")
     if before is None or after is None:
         return None
     return [after[0] - before[0], before[1] and after[1]]
@@ -301,7 +305,7 @@ def _call(request, ns, torch):
     fn = ns[request["name"]]
     args, kwargs = request["args"], request["kwargs"]
     grad_inputs = _grad_inputs(request, args, torch)
-    sdpa = _sdpa_count()
+    sdpa = _sdpa_count("open")
     start = time.perf_counter()
     try:
         out = fn(*args, **kwargs)
@@ -331,7 +335,7 @@ def _call_staged(request, ns, torch):
     """Inside the measured window, the output's encodable form included."""
     args, kwargs = _KEPT.pop("staged")
     fn = ns[request["name"]]
-    sdpa = _sdpa_count()
+    sdpa = _sdpa_count("open")
     try:
         out = fn(*args, **kwargs)
         _KEPT["out"] = _to_jsonable({"value": out, "sdpa": _sdpa_during(sdpa)})
