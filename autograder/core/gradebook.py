@@ -44,6 +44,33 @@ class GradebookError(Exception):
 POSTGRES = "postgresql+psycopg://"
 
 
+def gradebook_faults():
+    """The exceptions of a gradebook that cannot be used now (locked by another process, not
+    a database, corrupt, its server gone): :class:`GradebookError` and what SQLAlchemy,
+    SQLite and psycopg raise below it. Each is a fault of the grading host: one line
+    (:func:`fault_line`), never a traceback and never a grade."""
+    import sqlite3
+
+    import sqlalchemy.exc
+
+    faults = [GradebookError, sqlalchemy.exc.SQLAlchemyError, sqlite3.Error]
+    try:
+        import psycopg
+    except ImportError:
+        pass
+    else:
+        faults.append(psycopg.Error)
+    return tuple(faults)
+
+
+def fault_line(error):
+    """One line for an exception of :func:`gradebook_faults`."""
+    if isinstance(error, GradebookError):
+        return str(error)
+    reason = str(getattr(error, "orig", None) or error).strip().splitlines()
+    return f"the gradebook cannot be used ({reason[0] if reason else type(error).__name__})"
+
+
 def engine_url(db_url):
     """``db_url`` as SQLAlchemy should open it: ``postgresql://`` and ``postgres://`` use psycopg 3."""
     for scheme in ("postgresql://", "postgres://"):
@@ -145,7 +172,9 @@ def open_gradebook(db_url):
                 if key is not None:
                     _ENGINES[key] = gb.engine
         except sqlalchemy.exc.SQLAlchemyError as error:
-            raise GradebookError(f"--db: cannot open the gradebook ({type(error).__name__})") from None
+            reason = str(getattr(error, "orig", None) or "").strip().splitlines()
+            raise GradebookError(f"--db: cannot open the gradebook "
+                                 f"({reason[0] if reason else type(error).__name__})") from None
         try:
             yield gb
         finally:
@@ -532,15 +561,17 @@ def record(db_url, assignment, result):
     transaction as its scores (on SQLite one commit in all, not nbgrader's three); and
     only the student row is written under the gradebook's write lock (:func:`_student_row`).
     """
-    import sqlalchemy.exc
 
-    if result.status == Status.ERROR:
-        with open_gradebook(db_url) as gb:
-            sub = _submission(gb, assignment, result.student)
-            return (sub.score, sub.max_score, bool(sub.needs_manual_grade)) if sub else (0.0, 0.0, False)
     try:
+        if result.status == Status.ERROR:
+            with open_gradebook(db_url) as gb:
+                sub = _submission(gb, assignment, result.student)
+                return ((sub.score, sub.max_score, bool(sub.needs_manual_grade)) if sub
+                        else (0.0, 0.0, False))
         return _record(db_url, assignment, result)
-    except sqlalchemy.exc.SQLAlchemyError as error:
+    except gradebook_faults() as error:
+        if isinstance(error, GradebookError):
+            raise
         reason = str(getattr(error, "orig", None) or type(error).__name__).splitlines()[0]
         raise GradebookError(f"cannot write the gradebook ({reason}): nothing of "
                              f"{result.student} was recorded") from None

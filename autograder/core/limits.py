@@ -7,9 +7,28 @@ the workers, the executor, the sandbox launcher and the course's
 the sandbox launcher as JSON in one environment variable.
 """
 
+import resource
 from dataclasses import dataclass
 
 from ..sandbox.limits import SandboxLimits
+
+# Memory of one local grading worker process, its own cap apart from its kernels': the
+# soft RLIMIT_DATA (heap and private writable mappings, what a decoded reply costs; not the
+# address space merely reserved by PyTorch and thread arenas). A worker grading normally uses
+# 125-300 MiB; a reply is bounded before it is decoded (autograder.kernel.probe.check_bounds),
+# and anything that still asks for more gets a MemoryError inside the judge, which fails that
+# test cell, not the worker. A Dask worker's cap is its nanny's ``--memory-limit``.
+WORKER_MEMORY_MB = 4096
+
+
+def cap_worker_memory(mb=WORKER_MEMORY_MB):
+    """Set this process's soft ``RLIMIT_DATA`` to ``mb`` MiB (the hard limit stays: the sandbox
+    launcher gives each kernel its own caps, see ``launcher.set_rlimits``)."""
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    cap = mb * 2**20
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
 
 
 @dataclass(frozen=True)

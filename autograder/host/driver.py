@@ -54,8 +54,8 @@ import nbformat
 
 from ..core.cells import grade_id, is_test_cell
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
-                              is_postgres, keep_similarity, lock_holder, open_gradebook, record,
-                              sqlite_url, standings, writing)
+                              fault_line, gradebook_faults, is_postgres, keep_similarity,
+                              lock_holder, open_gradebook, record, sqlite_url, standings, writing)
 from ..core.limits import Limits
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, load_settings
@@ -334,6 +334,8 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
             return grade_class(job)
     except OSError as error:  # the host's disk or folders, before or after the class
         raise SystemExit(f"grading stopped: {unwritable(error)}") from None
+    except gradebook_faults() as error:  # locked, corrupt or gone before the class
+        raise SystemExit(f"grading stopped: {fault_line(error)}") from None
     finally:
         if job.client is not None:
             job.client.close()
@@ -503,8 +505,10 @@ def run_class(job, run):
         raise SystemExit(str(error)) from None
     except Interrupted as signal_name:
         stopped = f"by {signal_name}"
-    except (HostFault, GradebookError) as error:
+    except HostFault as error:
         stopped = f"because {error}"
+    except gradebook_faults() as error:  # locked, corrupt or gone mid-run
+        stopped = f"because {fault_line(error)}"
     except OSError as error:  # keep() could not write a course file: nothing half-written
         stopped = f"because {unwritable(error)}"
     bar.close()
@@ -525,10 +529,14 @@ def finish(job, run, results, stopped, seconds):
     ``grades.csv`` and the summary; the results, or ``SystemExit`` when the run stopped early
     or some students could not be graded."""
     results.sort(key=lambda r: r.student)
-    similar = flag_similar(job.db_url, job.assignment, results)
-    apply_late_policy(job.db_url, job.assignment, job.course)
-    settled = standings(job.db_url, job.assignment) or {}
-    absent = roster_report(job.db_url, job.assignment, job.roster) if job.roster else None
+    try:
+        similar = flag_similar(job.db_url, job.assignment, results)
+        apply_late_policy(job.db_url, job.assignment, job.course)
+        settled = standings(job.db_url, job.assignment) or {}
+        absent = roster_report(job.db_url, job.assignment, job.roster) if job.roster else None
+    except gradebook_faults() as error:  # what was recorded is still written and summed up
+        similar, settled, absent = {}, {}, None
+        stopped = stopped or f"because {fault_line(error)}"
     try:
         stale = [r.student for r in results if r.status == Status.OK and r.student in settled
                  and not r.page_agrees(settled[r.student])]
@@ -538,15 +546,18 @@ def finish(job, run, results, stopped, seconds):
                           standings=settled, missing=absent.missing if absent else (), similar=similar)
     except OSError as error:
         stopped = stopped or f"because {unwritable(error)}"
+    except gradebook_faults() as error:  # the pages re-rendered from a gradebook lost mid-run
+        stopped = stopped or f"because {fault_line(error)}"
     summary.report(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
                    out=job.out, skipped=[] if stopped else run.skipped, standings=settled,
                    roster=absent)
     if stopped:
         raise SystemExit(f"stopped {stopped}: {len(results)} submission(s) recorded, "
                          f"{len(run.todo) - len(results)} not graded; run grade again to finish")
-    if faults := [r for r in results if r.host_fault]:
-        raise SystemExit(f"{len(faults)} submission(s) not graded, their earlier grades kept: "
-                         f"{faults[0].error}; run grade again to grade them")
+    if errors := [r for r in results if r.status == Status.ERROR]:
+        first = next((r for r in errors if r.host_fault), errors[0])
+        raise SystemExit(f"{len(errors)} submission(s) not graded, their earlier grades kept: "
+                         f"{printable(first.student)}: {first.error}; run grade again to grade them")
     return results
 
 

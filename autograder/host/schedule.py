@@ -135,5 +135,7 @@ def overdue(transport, running, watchdog):
         if (elapsed := monotonic() - since) > watchdog:
             del running[student]
             log = transport.give_up(student)
-            results.append(failed(student, f"gave up after {elapsed:.0f} s", elapsed, log))
+            results.append(failed(student, f"gave up after {elapsed:.0f} s (the watchdog: "
+                                  f"{watchdog:.0f} s; its worker stopped answering, or never "
+                                  "finished)", elapsed, log))
     return results

@@ -4,10 +4,16 @@
 and stock ``nbgrader autograde`` through the course's ``nbgrader_config.py``)
 uses instead of jupyter_client's default. For each kernel it
 
-* makes a fresh private folder (owned by the sandbox's user) that holds the
-  connection file and the kernel's Unix sockets: the only folder the kernel and
-  the worker share (``transport = "ipc"``: the kernel has no network at all). It is
-  made under a short fixed root (:data:`SOCKET_BASE`, or a run's folder made there by
+* makes a fresh private folder that holds the connection file and the kernel's Unix
+  sockets: the only folder the kernel and the worker share (``transport = "ipc"``: the
+  kernel has no network at all). The folder and everything in it belong to the grader,
+  and the sandbox mounts it read-only: the kernel cannot create, rename, unlink or grow
+  anything there, so every operation of the host on a path in it (bind, chmod, unlink,
+  connect, remove) acts on what the host itself made. The host binds and listens on the
+  kernel's five ZeroMQ sockets itself and passes the listening descriptors into the
+  sandbox (:data:`SOCKETS_ENV`; the kernel's boot code hands each to ZeroMQ with
+  ``ZMQ_USE_FD``), so the kernel needs no write access to bind them. It is made under a
+  short fixed root (:data:`SOCKET_BASE`, or a run's folder made there by
   :func:`make_socket_root`), never under ``TMPDIR`` or the course: a Unix socket's path
   must fit in 107 bytes, however long the host's paths are (:func:`check_socket_path`);
 * launches :mod:`autograder.sandbox.launcher` (see there) with the run's limits, which
@@ -20,8 +26,10 @@ Without bubblewrap (and only when the caller explicitly allows unsandboxed
 kernels, e.g. to run the instructor's own solutions) it starts a plain kernel.
 """
 
+import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -31,7 +39,7 @@ from traitlets import Bool, Unicode
 
 from ..core.limits import Limits
 from ..sandbox import cgroups
-from ..sandbox.launcher import BOOT, NOBODY, kernel_argv
+from ..sandbox.launcher import BOOT, NOBODY, SOCKETS_ENV, kernel_argv
 from ..sandbox.limits import SandboxLimits
 
 
@@ -83,6 +91,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self.transport = "ipc"
         self._private = None
+        self._listening = []  # the kernel's listening sockets, until they are passed in
 
     def format_kernel_cmd(self, extra_arguments=None):
         extra = list(extra_arguments or [])
@@ -91,8 +100,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         return [sys.executable, "-I", "-c", BOOT, "-f", self.connection_file, *extra]
 
     async def _async_pre_start_kernel(self, **kw):
-        # a fresh folder for this kernel's connection file and sockets
+        # a fresh folder for this kernel's connection file and sockets: the grader's, 0711
         self._private = Path(tempfile.mkdtemp(prefix="kernel-", dir=self.socket_root or SOCKET_BASE))
+        os.chmod(self._private, 0o711)  # the kernel's user reaches its files by name
         self.connection_file = str(self._private / "connection.json")
         self.ip = str(self._private / "k")
         try:
@@ -105,18 +115,42 @@ class SandboxedKernelManager(AsyncKernelManager):
         env = dict(kw.pop("env", None) or os.environ)
         env.update((SandboxLimits.from_environment(env) or Limits().sandbox()).environment())
         kw["env"] = env
-        result = await super()._async_pre_start_kernel(**kw)
+        cmd, kw = await super()._async_pre_start_kernel(**kw)
         if self.sandboxed:
             self.kernel_spec.interrupt_mode = "message"
-            if os.geteuid() == 0:  # the kernel runs as nobody: let it use its own folder
-                for path in (self._private, Path(self.connection_file)):
-                    os.chown(path, NOBODY, NOBODY)
-        return result
+            kw["env"][SOCKETS_ENV] = json.dumps(self._listen())
+            if os.geteuid() == 0:  # the kernel runs as nobody: it reads its connection file
+                os.chown(self.connection_file, NOBODY, NOBODY, follow_symlinks=False)
+        return cmd, kw
+
+    def _listen(self):
+        """Bind and listen on the kernel's five sockets (paths in this kernel's folder, which
+        only the grader can write); ``{path: descriptor}`` for the kernel's boot code."""
+        self._close_listening()
+        passed = {}
+        for port in self.ports:
+            path = f"{self.ip}-{port}"
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listening.append(listener)
+            if os.path.lexists(path):
+                os.unlink(path)
+            listener.bind(path)
+            listener.listen(64)
+            passed[path] = listener.fileno()
+        return passed
+
+    def _close_listening(self):
+        for listener in self._listening:
+            listener.close()
+        self._listening = []
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
+        if self._listening:  # inherited by the launcher, bwrap and the kernel
+            kw["pass_fds"] = tuple(listener.fileno() for listener in self._listening)
         try:
             await super()._async_launch_kernel(kernel_cmd, **kw)
         finally:
+            self._close_listening()  # the kernel holds them now; the paths stay bound
             if self.startup_log and kw.get("stderr") is not None:
                 kw["stderr"].close()
 
@@ -147,6 +181,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         await super()._async_wait(pollinterval=min(pollinterval, KILLED_POLL))
 
     async def _async_cleanup_resources(self, restart=False):
+        self._close_listening()
         self.kill_everything()
         await super()._async_cleanup_resources(restart=restart)
         if self._private is not None and not restart:

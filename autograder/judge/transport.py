@@ -5,7 +5,8 @@ which decides) and the student's kernel (where :mod:`autograder.kernel.probe` an
 
 A judged cell is one *session*. The first request of a cell listens on a Unix socket in
 the kernel's private folder (the folder of its connection file, which only this kernel's
-sandbox mounts) and sends one ``execute_request`` (:data:`SESSION`); the kernel connects,
+sandbox mounts, read-only: the folder is the grader's, so the unlink, bind and chmod of the
+socket by path act on what the worker made, never on a link the kernel put there) and sends one ``execute_request`` (:data:`SESSION`); the kernel connects,
 takes the probe's source as the first frame, installs it afresh (once per judged cell: a
 second session of the same cell, around a measured call's solution cells, keeps it) and
 calls :func:`~autograder.kernel.probe.serve`. From then on each request is one
@@ -19,7 +20,8 @@ request of that cell fails at once, without a word to the kernel.
 Every wait is bounded by the time the request is given, and checks every
 :data:`POLL_SECONDS` that the kernel is alive. A reply is at most
 :data:`~autograder.kernel.probe.MAX_TEXT` bytes, decoded with the probe's codec (JSON, no
-pickle). The transport counts round trips and bytes, and remembers what the kernel did
+pickle), which bounds its values before it parses
+(:func:`~autograder.kernel.probe.check_bounds`). The transport counts round trips and bytes, and remembers what the kernel did
 when a request failed (:class:`Lost`), which tells the executor whether the kernel must
 be interrupted or replaced. The judge holds a transport and never sees the executor; the
 executor makes one per kernel it starts.
@@ -132,6 +134,7 @@ class KernelTransport:
             text = received.decode("ascii")
         except UnicodeDecodeError:
             text = None
+        del received  # one copy of a large reply at a time
         return probe.decode(text, import_torch)
 
     def end_session(self):
@@ -209,7 +212,7 @@ class KernelTransport:
         self._timed_out()
 
     def _receive(self, size, deadline):
-        """``size`` bytes of the kernel's frame, within ``deadline``."""
+        """``size`` bytes of the kernel's frame (a bytearray), within ``deadline``."""
         buf, got = bytearray(size), 0
         view = memoryview(buf)
         while got < size:
@@ -228,7 +231,7 @@ class KernelTransport:
                 self._check_alive(grace=DEATH_SECONDS)
                 self._broken()
             got += n
-        return bytes(buf)
+        return buf
 
     def _check_alive(self, grace=0.0):
         """JudgeError (:attr:`Lost.DIED`) if the kernel is gone, or goes within ``grace`` s."""

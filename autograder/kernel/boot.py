@@ -20,9 +20,20 @@ the next cell and before each judged call) it replaces, with counting wrappers,
   fallback, ...), once PyTorch's import has finished (so an operator called in the very
   statement after PyTorch's first import, inside a judged call, is not yet counted).
 
+* and, on the kernel's main thread while a judged call runs (the probe opens and closes
+  the window with the same audit event), a ``TorchFunctionMode`` on PyTorch's mode stack:
+  every Python entry to an operator whose own name holds ``scaled_dot_product`` passes it,
+  by whatever name or path it was reached (``torch._scaled_dot_product_attention_math``,
+  ``torch._scaled_dot_product_flash_attention_for_cpu``, ``torch._C._jit_get_operation``,
+  the original function dug out of a wrapper's closure). A call through a wrapper is
+  counted once. It costs each PyTorch call inside a judged call a few microseconds, and
+  nothing elsewhere (the student's own cells run without it); calls on other threads, or
+  under ``torch._C.DisableTorchFunction``, are seen by the wrappers only.
+
 The probe (:mod:`autograder.kernel.probe`) asks for the count around each judged call
 with the audit event ``autograder.sdpa``; the hook answers ``(calls, intact)``, where
-``intact`` says that every wrapper is still where it was put. No audit hook can be added
+``intact`` says that every wrapper is still where it was put and, when a window closes,
+that the mode is still on top of the stack (popped or buried: not intact). No audit hook can be added
 after this one (Python then drops the new hook silently): a later hook could rewrite the
 answer. What an in-process hook
 cannot see, and the judge's docs say so: code that reaches the original function
@@ -32,9 +43,13 @@ counter in memory. Removing or replacing a wrapper, or silencing the audit event
 is seen (``probe-tampered``). Standard library only; PyTorch is never imported here.
 """
 
+import _thread
 import sys
 
 EVENT = "autograder.sdpa"  # the probe's question (kept equal to probe.SDPA_EVENT)
+# JSON {socket path: listening descriptor} the worker passed in (kept equal to
+# autograder.sandbox.launcher.SOCKETS_ENV)
+SOCKETS_ENV = "AUTOGRADER_SOCKETS"
 NAME = "scaled_dot_product_attention"
 TRIGGERS = frozenset({"import", "exec", "compile", EVENT})  # when to look for PyTorch again
 
@@ -43,12 +58,20 @@ def install():
     """Add the audit hook that hooks SDPA once PyTorch is loaded and answers the probe."""
     calls = [0]
     hooked = []     # (owner, attribute, wrapper) of every wrapper put in place
-    state = {"busy": False}
+    state = {"busy": False, "inside": 0, "mode": None, "stack": None, "window": False,
+             "pushed": False}
+    main = _thread.get_ident()  # the kernel's main thread: cells and the probe run there
 
+    # a call is counted once: by a wrapper, or by the dispatcher mode when no wrapper (whose
+    # own call of the original the mode sees) is on the way (state["inside"])
     def counted(original):
         def scaled_dot_product_attention(*args, **kwargs):
-            calls[0] += 1
-            return original(*args, **kwargs)
+            calls[0] += not state["inside"]  # the mode may hand the call back to a wrapper
+            state["inside"] += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                state["inside"] -= 1
 
         scaled_dot_product_attention.__doc__ = getattr(original, "__doc__", None)
         return scaled_dot_product_attention
@@ -62,8 +85,12 @@ def install():
             object.__setattr__(self, "_op", op)
 
         def __call__(self, *args, **kwargs):
-            calls[0] += 1
-            return self._op(*args, **kwargs)
+            calls[0] += not state["inside"]  # the mode may hand the call back to a wrapper
+            state["inside"] += 1
+            try:
+                return self._op(*args, **kwargs)
+            finally:
+                state["inside"] -= 1
 
         def __getattr__(self, name):
             value = getattr(self._op, name)
@@ -100,6 +127,55 @@ def install():
         hooked.extend(wrappers)
         return True
 
+    def hook_dispatch():
+        """The torch function mode that counts on the main thread while a judged call runs
+        (once PyTorch's import has finished): every Python entry to an SDPA operator passes
+        it, whatever the name or path (``torch._scaled_dot_product_attention_math``,
+        ``torch.ops.aten...``, ``torch._C._jit_get_operation('aten::...')``, the original dug
+        out of a wrapper); it counts the operator's own name, not the student's spelling."""
+        torch = sys.modules.get("torch")
+        if torch is None or getattr(torch.__spec__, "_initializing", True) is not False:
+            return False
+        from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+        class CountingMode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if "scaled_dot_product" in name and "backward" not in name:
+                    calls[0] += not state["inside"]
+                    state["inside"] += 1  # func may be a wrapper: counted here, not again
+                    try:
+                        return func(*args, **(kwargs or {}))
+                    finally:
+                        state["inside"] -= 1
+                return func(*args, **(kwargs or {}))
+
+        state["stack"], state["mode"] = _get_current_function_mode_stack, CountingMode()
+        if state["window"]:  # PyTorch was imported inside the judged call: count from now
+            push()
+        return True
+
+    def push():
+        if state["mode"] is not None and not state["pushed"] and _thread.get_ident() == main:
+            state["mode"].__enter__()
+            state["pushed"] = True
+
+    def window(phase):
+        """Open or close the window of a judged call; False if the mode was tampered with
+        (popped, or buried under another mode the student pushed) while it was open."""
+        if phase == "open":
+            state["window"] = True
+            push()
+        elif phase == "close" and _thread.get_ident() == main:
+            state["window"] = False
+            if state["pushed"]:
+                stack = state["stack"]()
+                if not stack or stack[-1] is not state["mode"]:
+                    return False
+                state["mode"].__exit__(None, None, None)
+                state["pushed"] = False
+        return True
+
     def intact():
         return all(owner.__dict__.get(attribute) is wrapper for owner, attribute, wrapper in hooked)
 
@@ -118,10 +194,35 @@ def install():
             finally:
                 state["busy"] = False
         if event == EVENT and args and isinstance(args[0], list):
-            args[0].append((calls[0], intact()))
+            kept = window(args[1] if len(args) > 1 else None)
+            args[0].append((calls[0], intact() and kept))
 
-    pending = [hook_functional, hook_aten]
+    pending = [hook_functional, hook_aten, hook_dispatch]
     sys.addaudithook(audit)
+
+
+def adopt_sockets(environ):
+    """Make ZeroMQ bind each of the kernel's sockets on the listening descriptor the worker
+    passed in (:data:`SOCKETS_ENV`) instead of creating a socket file: the socket folder is
+    read-only in the sandbox, and only the worker creates anything there. Each descriptor
+    is used once; a bind to any other address is ZeroMQ's own."""
+    import json
+
+    passed = json.loads(environ.pop(SOCKETS_ENV, "") or "{}")
+    if not passed:
+        return
+    import zmq
+
+    bind = zmq.Socket.bind
+
+    def bind_passed(self, address):
+        path = address[len("ipc://"):] if address.startswith("ipc://") else None
+        fd = passed.pop(path, None)
+        if fd is not None:
+            self.setsockopt(zmq.USE_FD, fd)
+        return bind(self, address)
+
+    zmq.Socket.bind = bind_passed
 
 
 def main():
@@ -134,7 +235,10 @@ def main():
     """
     import runpy
 
+    import os
+
     install()
+    adopt_sockets(os.environ)
     sys.modules["debugpy"] = None  # an import of it raises ImportError: ipykernel skips it
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 

@@ -34,7 +34,12 @@ defers work until ``fetch`` is still measured: the window closes after the reply
 
 Everything crosses the boundary as JSON text whose arrays are ``.npy`` bytes
 (base64), read back with ``allow_pickle=False``: the worker never unpickles data
-that a student's process produced. :func:`encode` and :func:`decode` are the
+that a student's process produced. A message is bounded before it is parsed
+(:func:`check_bounds`): at most :data:`MAX_TEXT` characters and :data:`MAX_VALUES` values,
+counted on the text itself before ``json.loads`` builds a single object, so what decoding
+costs the worker is bounded by these figures (a 64 MB message of 22 million empty dicts is
+refused before one is built); nesting is bounded while parsing (the JSON parser's recursion
+guard) and to :data:`MAX_DEPTH` levels as the value is rebuilt. :func:`encode` and :func:`decode` are the
 codec of both sides (the worker imports this module; the kernel executes its
 source), so there is one definition of the format.
 """
@@ -52,6 +57,8 @@ import numpy as np
 DTYPES = frozenset("?bBhHiIlLqQefdgFDG")
 MAX_TEXT = 64 * 2**20  # largest encoded message the worker accepts
 MAX_DEPTH = 20  # containers nested deeper than this are refused both ways
+MAX_VALUES = 200_000  # containers plus separated items in one message (a tagged number is one
+                      # dict of two items; 200,000 dicts cost the worker about 60 MB)
 FRAME = struct.Struct("!Q")  # a frame on the judge's line: its length, then that many bytes
 
 
@@ -202,14 +209,30 @@ def _text(jsonable):
     return json.dumps(jsonable, separators=(",", ":"))
 
 
+def check_bounds(text):
+    """Raise :class:`ProbeError` unless ``text`` is at most :data:`MAX_TEXT` characters that
+    would build at most :data:`MAX_VALUES` values.
+
+    Counted on the text with ``str.count`` before anything is parsed: every opening bracket
+    is a container and every comma separates one more item (brackets and commas inside
+    strings count too, which only makes the bound stricter), and closing brackets are
+    counted alike (a message of nothing but ``]`` is refused as well).
+    """
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise ProbeError("message missing or too large")
+    opened = text.count("{") + text.count("[")
+    if opened + text.count(",") > MAX_VALUES or text.count("}") + text.count("]") > MAX_VALUES:
+        raise ProbeError(f"message of more than {MAX_VALUES:,} values")
+
+
 def decode(text, torch=None):
     """The value :func:`encode` produced; raises :class:`ProbeError` on anything else.
 
     ``torch``: the module tensors are rebuilt with, or a function that returns it (called
-    only if a tensor arrives), or None (tensors arrive as NumPy arrays).
+    only if a tensor arrives), or None (tensors arrive as NumPy arrays). The text is bounded
+    (:func:`check_bounds`) before it is parsed.
     """
-    if not isinstance(text, str) or len(text) > MAX_TEXT:
-        raise ProbeError("message missing or too large")
+    check_bounds(text)
     try:
         return _from_jsonable(json.loads(text), torch)
     except ProbeError:
@@ -233,13 +256,17 @@ def _error(error):
 SDPA_EVENT = "autograder.sdpa"  # the audit event that the kernel's boot code answers
 
 
-def _sdpa_count():
-    """``[calls so far, hooks intact]`` from the boot code, or None if nothing answered."""
+def _sdpa_count(phase=None):
+    """``[calls so far, hooks intact]`` from the boot code, or None if nothing answered.
+
+    ``phase`` ``"open"`` (before a judged call) and ``"close"`` (after it) bracket the window
+    in which the boot code's dispatcher mode counts every SDPA operator (see
+    :mod:`autograder.kernel.boot`)."""
     import sys
 
     box = []
     try:
-        sys.audit(SDPA_EVENT, box)
+        sys.audit(SDPA_EVENT, box, phase)
     except Exception:  # noqa: BLE001 - a replaced sys.audit: reported as no answer
         return None
     if len(box) != 1 or not isinstance(box[0], tuple) or len(box[0]) != 2:
@@ -249,7 +276,7 @@ def _sdpa_count():
 
 
 def _sdpa_during(before):
-    after = _sdpa_count()
+    after = _sdpa_count("close")
     if before is None or after is None:
         return None
     return [after[0] - before[0], before[1] and after[1]]
@@ -278,7 +305,7 @@ def _call(request, ns, torch):
     fn = ns[request["name"]]
     args, kwargs = request["args"], request["kwargs"]
     grad_inputs = _grad_inputs(request, args, torch)
-    sdpa = _sdpa_count()
+    sdpa = _sdpa_count("open")
     start = time.perf_counter()
     try:
         out = fn(*args, **kwargs)
@@ -308,7 +335,7 @@ def _call_staged(request, ns, torch):
     """Inside the measured window, the output's encodable form included."""
     args, kwargs = _KEPT.pop("staged")
     fn = ns[request["name"]]
-    sdpa = _sdpa_count()
+    sdpa = _sdpa_count("open")
     try:
         out = fn(*args, **kwargs)
         _KEPT["out"] = _to_jsonable({"value": out, "sdpa": _sdpa_during(sdpa)})

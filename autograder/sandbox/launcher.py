@@ -19,8 +19,9 @@ order:
    the course's virtualenv (whose ``transformer_ref`` and ``autograder`` are not
    in it: they live in the course root, which is not mounted), a private
    size-capped ``/tmp`` that is the kernel's home and working directory and is
-   discarded with it, and the one folder of Unix sockets through which the
-   worker talks to this kernel. As root the kernel then drops to the unprivileged
+   discarded with it, and, read-only, the one folder of Unix sockets through which
+   the worker talks to this kernel (the worker bound them; their listening
+   descriptors come in inherited, named in :data:`SOCKETS_ENV`). As root the kernel then drops to the unprivileged
    ``nobody`` user (``setpriv``, no capabilities, ``no_new_privs``); as another
    user it runs in a user namespace under that user's id. ``--die-with-parent``
    and the PID namespace make sure nothing it starts outlives it.
@@ -41,6 +42,9 @@ from .limits import SandboxLimits
 
 NOBODY = 65534
 SCRATCH = "/tmp"     # the kernel's home, working directory and only writable place
+# JSON {socket path: inherited listening descriptor}: the kernel's ZeroMQ sockets, bound by
+# the worker in the read-only socket folder (kept equal to autograder.kernel.boot.SOCKETS_ENV)
+SOCKETS_ENV = "AUTOGRADER_SOCKETS"
 GRADER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the launcher's whole program: import this module from the grader's own folder, launch
 BOOT = (f"import sys; sys.path.insert(0, {GRADER_ROOT!r}); "
@@ -115,8 +119,9 @@ def kernel_environment():
     }
 
 
-def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root):
-    """The ``bwrap`` command line that runs ``kernel_argv`` in the sandbox."""
+def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root, sockets=None):
+    """The ``bwrap`` command line that runs ``kernel_argv`` in the sandbox (``sockets``: the
+    value of :data:`SOCKETS_ENV` the kernel gets, if any)."""
     argv = [shutil.which("bwrap") or "bwrap",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session",
@@ -125,6 +130,8 @@ def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root):
         argv += ["--unshare-user"]
     for key, value in kernel_environment().items():
         argv += ["--setenv", key, value]
+    if sockets:
+        argv += ["--setenv", SOCKETS_ENV, sockets]
     argv += system_binds()
     # the scratch tmpfs first: a Python or a course that lives under /tmp is mounted over it
     argv += ["--proc", "/proc", "--dev", "/dev",
@@ -133,7 +140,8 @@ def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root):
     for parent in _ancestors(socket_dir):
         if parent != SCRATCH:
             argv += ["--perms", "0755", "--dir", parent]
-    argv += ["--bind", socket_dir, socket_dir, "--chdir", SCRATCH]
+    # read-only: nothing the kernel writes is a path the host acts on, or outside its caps
+    argv += ["--ro-bind", socket_dir, socket_dir, "--chdir", SCRATCH]
     if as_root:  # become nobody: no capabilities, and no way to regain any
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
                  shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}",
@@ -145,18 +153,23 @@ def bwrap_argv(kernel_argv, socket_dir, limits: SandboxLimits, *, as_root):
 
 def rlimits(limits: SandboxLimits):
     """``(resource, value)`` caps, soft and hard alike: address space, CPU seconds, file size,
-    no core dumps (0 in ``limits``: no cap of that kind)."""
-    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits.disk_mb * 2**20)]
-    if limits.memory_mb > 0:
-        caps.append((resource.RLIMIT_AS, limits.memory_mb * 2**20))
+    no core dumps (0 in ``limits``: no cap of that kind; for the address space, none of the
+    grading worker's own either, whose data cap the kernel does not inherit)."""
+    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits.disk_mb * 2**20),
+            (resource.RLIMIT_DATA, resource.RLIM_INFINITY),  # not the grading worker's own cap
+            (resource.RLIMIT_AS, limits.memory_mb * 2**20 or resource.RLIM_INFINITY)]
     if limits.cpu_seconds > 0:
         caps.append((resource.RLIMIT_CPU, limits.cpu_seconds))
     return caps
 
 
 def set_rlimits(limits: SandboxLimits):
-    """Set :func:`rlimits`: inherited by bubblewrap and the kernel."""
+    """Set :func:`rlimits`: inherited by bubblewrap and the kernel (never above a hard
+    limit this process was given)."""
     for which, value in rlimits(limits):
+        hard = resource.getrlimit(which)[1]
+        if hard != resource.RLIM_INFINITY and (value == resource.RLIM_INFINITY or value > hard):
+            value = hard
         resource.setrlimit(which, (value, value))
 
 
@@ -187,7 +200,8 @@ def launch(argv):
                      "without its process and memory caps")
     set_rlimits(limits)
     kernel = kernel_argv(argv)
-    command = bwrap_argv(kernel, socket_dir, limits, as_root=as_root)
+    command = bwrap_argv(kernel, socket_dir, limits, as_root=as_root,
+                         sockets=os.environ.get(SOCKETS_ENV))
     os.execv(command[0], command)
 
 

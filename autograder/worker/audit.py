@@ -8,7 +8,7 @@ is compared with the student version generated from the source notebook:
 * ``deleted``: a locked cell whose ``grade_id`` no longer appears. It is put back
   (after the cell that preceded it) so its tests are graded like everyone's;
 * ``flags``: student-written code that uses ``transformer_ref``, ``autograder``,
-  ``scaled_dot_product_attention`` (``mentions-sdpa``) or dynamic imports, or that
+  any name of the ``scaled_dot_product`` family (``mentions-sdpa``) or dynamic imports, or that
   resembles a function of ``transformer_ref`` (``resembles-reference``, details in
   ``resemblances``). Flags go to a human; they never change a score. Patterns in the
   source are only a hint: SDPA fetched by a computed name does not match one, so the
@@ -30,7 +30,8 @@ from ..core.cells import grade_id, is_locked
 FORBIDDEN = {
     "imports-transformer_ref": re.compile(r"\btransformer_ref\b"),
     "imports-autograder": re.compile(r"\bautograder\b"),
-    "mentions-sdpa": re.compile(r"\bscaled_dot_product_attention\b"),
+    # any name of the SDPA family: the public one and the private kernels (_..._math, ...)
+    "mentions-sdpa": re.compile(r"scaled_dot_product"),
     "dynamic-import": re.compile(r"\b__import__\b|\bimportlib\b|\bsys\.modules\b"),
 }
 

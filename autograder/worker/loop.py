@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from ..core.gradebook import sqlite_url
+from ..core.limits import cap_worker_memory
 from ..core.nbgrader_config import prepare_nbgrader
 from ..sandbox.cgroups import RUN_ENV
 from ..core.results import WorkerStart
@@ -46,6 +47,7 @@ def serve(conn, settings, index):
     db_url = sqlite_url(db)
     os.environ.update(settings.limits.environment())
     os.environ[RUN_ENV] = settings.run_id
+    cap_worker_memory()
     log = open(workdir / "log.txt", "a")  # nothing from a worker or its kernels reaches the console
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)

@@ -86,9 +86,17 @@ def test_the_resolver_sees_relative_function_level_and_package_imports(tmp_path)
         "autograder.worker", "autograder.worker.audit"}
 
 
+# what the boot code may import besides: ZeroMQ (ipykernel's own transport, which the kernel
+# loads anyway) to bind on the worker's descriptors, and PyTorch's mode stack once the
+# student's code has loaded PyTorch
+BOOT_ALSO = {("autograder/kernel/boot.py", "zmq"), ("autograder/kernel/boot.py", "torch.overrides")}
+
+
 def test_the_kernel_probe_imports_only_the_standard_library_and_numpy():
-    assert violations(GRADER / "kernel", lambda n: top(n) in STDLIB | {"numpy"}
-                      or n.startswith("autograder.kernel")) == []
+    found = violations(GRADER / "kernel", lambda n: top(n) in STDLIB | {"numpy"}
+                       or n.startswith("autograder.kernel"))
+    assert [(f, n) for f, n in found
+            if (f, n) not in BOOT_ALSO and (f, n.rpartition(".")[0]) not in BOOT_ALSO] == []
 
 
 def test_the_sandbox_imports_only_the_standard_library():

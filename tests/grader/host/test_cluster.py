@@ -257,7 +257,9 @@ def test_killed_workers_reschedule_once_and_two_kills_make_an_error(tmp_path, po
     assert kill_worker_running(client, "-hang", 1) == 1
     twice.join()
     out, _ = run.communicate(timeout=600)
-    assert run.returncode == 0, out
+    # the submission that killed two workers is not graded: one line, exit status 1
+    assert run.returncode == 1 and "Traceback" not in out, out
+    assert "1 submission(s) not graded" in out.strip().splitlines()[-1], out
     assert once[0] == 2
     with open(root / "grades.csv", newline="") as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
@@ -273,6 +275,58 @@ def test_killed_workers_reschedule_once_and_two_kills_make_an_error(tmp_path, po
     # one row per graded student; none for the error, which records no zeros
     assert counts == {s: 1 for s in rows if rows[s]["status"] == "ok"}
     client.wait_for_workers(2, timeout=120)  # the nannies replaced what was killed
+
+
+def test_a_stopped_worker_is_given_up_within_the_watchdog_and_said_so(tmp_path, postgres, cluster,
+                                                                     hostile_class):
+    """A Dask worker SIGSTOPped while it grades: its student is given up once the watchdog's
+    time has passed (the notebook's limit plus its margins; Dask itself would wait minutes for
+    the lost heartbeat), the worker is restarted, the rest of the class is graded, and the
+    run ends with one line naming the student and exit status 1."""
+    address, client = cluster
+    klass = hostile_class()
+    klass.submissions = {s: klass.submissions[s] for s in ("correct", "hang")}
+    root = make_course(tmp_path / "course", klass)
+    notebook = 20
+    watchdog = (notebook + 60) + 60  # one notebook: autograder.host.driver.prepare
+    start = time.monotonic()
+    run = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "toy", "--root", str(root),
+                            "--db", postgres("stopped_worker"), "--scheduler", address,
+                            "--no-progress", "--timeout-cell", "10",
+                            "--timeout-notebook", str(notebook)],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stopped = None
+    try:
+        end = time.monotonic() + 120
+        while stopped is None and time.monotonic() < end:
+            pids = worker_pids(client)
+            for address_, keys in client.processing().items():
+                if address_ in pids and any(str(k).endswith("-hang") for k in keys):
+                    time.sleep(1.0)  # mid-submission
+                    stopped = pids[address_]
+                    os.kill(stopped, signal.SIGSTOP)
+                    break
+            time.sleep(0.2)
+        assert stopped is not None, "the hang submission never ran"
+        out, _ = run.communicate(timeout=watchdog + 240)
+    finally:
+        run.kill()
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGCONT)  # if it was not restarted, let it go on
+            except ProcessLookupError:
+                pass
+    seconds = time.monotonic() - start
+    assert run.returncode == 1 and "Traceback" not in out, out
+    last = out.strip().splitlines()[-1]
+    assert "1 submission(s) not graded" in last and "hang" in last and "gave up after" in last, last
+    given_up = int(re.search(r"gave up after (\d+) s", last).group(1))
+    assert watchdog <= given_up <= watchdog + 10, last
+    assert seconds < watchdog + 120, seconds
+    with open(root / "grades.csv", newline="") as f:
+        rows = {row["student"]: row for row in csv.DictReader(f)}
+    assert rows["correct"]["status"] == "ok" and rows["hang"]["status"] == "error", rows
+    client.wait_for_workers(2, timeout=120)  # the stopped worker was replaced
 
 
 # -- bad clusters and databases: one line, nothing written -------------------------------------

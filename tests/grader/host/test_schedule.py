@@ -82,7 +82,7 @@ def test_a_student_past_the_watchdog_is_given_up_with_its_log_and_the_class_goes
     recorded = run(t, ["slow", "next"], watchdog=0.0)
     slow = recorded[0]
     assert (slow.student, slow.status, slow.log) == ("slow", Status.ERROR, "log of slow")
-    assert slow.error.startswith("gave up after ") and slow.error.endswith(" s")
+    assert slow.error.startswith("gave up after ") and "the watchdog" in slow.error
     assert [r.student for r in recorded] == ["slow", "next"] and recorded[1].status == Status.OK
     assert t.calls.index(("give_up", "slow")) < t.calls.index(("submit", "next")) \
         < t.calls.index(("record", "slow"))

@@ -14,9 +14,12 @@ code ran in the measuring kernel, up to the reply's bytes:
   window, and decoded by the judge as the tensor it claims to be, which a NumPy task
   refuses, whatever the worker graded before);
 * the T x S memory elsewhere: a thread, a forked child, ``multiprocessing``, a
-  ``subprocess``, a file in ``/tmp``, an anonymous and a file-backed ``mmap``.
+  ``subprocess``, a file in ``/tmp``, an anonymous and a file-backed ``mmap``, the scores
+  parked with ``O_DIRECT`` (no page cache) in the kernel's socket folder (read-only: only
+  its charged ``/tmp`` is left).
 
-The honest tiled solution keeps its memory points. SDPA fetched by computed names is
+The honest tiled solution keeps its memory points. SDPA fetched by computed names (the
+private kernels and the JIT's handle included) is
 recorded by the judge as ``calls-sdpa`` (runtime, not source patterns), also when the
 student adds an audit hook to rewrite the count (refused); removing the hooks or silencing
 the counter is ``probe-tampered``. Flags never change a score.
@@ -218,6 +221,52 @@ import mmap
     _scores_to(buf, q, k, causal)
     return _attend_from(buf, v)
 ''',
+    # the scores parked with O_DIRECT (no page cache) in the kernel's socket folder, which the
+    # sandbox mounts read-only: only its own /tmp is left, whose pages are charged
+    "odirect-parked": OUTSIDE + f'''
+import mmap, os
+from ipykernel.connect import get_connection_file
+
+def _parked_file():
+    for folder in (os.path.dirname(get_connection_file()), "/tmp"):
+        for flags in (os.O_DIRECT, 0):
+            try:
+                return os.open(folder + "/parked", os.O_RDWR | os.O_CREAT | os.O_TRUNC | flags, 0o600)
+            except OSError:
+                continue
+    raise OSError("nowhere to park the scores")
+
+class _Parked:  # buf[..., i:i + 64, :] read back from the file, one aligned block at a time
+    def __init__(self, fd, shape, stride):
+        self.fd, self.shape, self.stride = fd, shape, stride
+        self.block = mmap.mmap(-1, stride)
+    def __getitem__(self, key):
+        rows = key[1]
+        n = rows.start // 64
+        os.preadv(self.fd, [self.block], n * self.stride)
+        height = min(64, self.shape[-2] - rows.start)
+        count = int(np.prod(self.shape[:-2])) * height * self.shape[-1]
+        return np.frombuffer(self.block, dtype=np.float64, count=count).reshape(
+            self.shape[:-2] + (height, self.shape[-1]))
+
+{SIGNATURE}
+    shape = _shape(q, k)
+    T, S = shape[-2], shape[-1]
+    fd = _parked_file()
+    stride = -(-(int(np.prod(shape[:-2])) * 64 * S * 8) // 4096) * 4096
+    block = mmap.mmap(-1, stride)
+    try:
+        for i in range(0, T, 64):
+            s = q[..., i:i + 64, :] @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+            if causal:
+                rows = np.arange(i, min(i + 64, T))[:, None] + S - T
+                s = np.where(np.arange(S)[None, :] <= rows, s, -np.inf)
+            np.frombuffer(block, dtype=np.float64, count=s.size)[:] = s.ravel()
+            os.pwritev(fd, [block], (i // 64) * stride)
+        return _attend_from(_Parked(fd, shape, stride), v)
+    finally:
+        os.close(fd)
+''',
 }
 
 # SDPA by names that no source pattern matches (PyTorch computes; the output is NumPy)
@@ -244,6 +293,19 @@ SDPA_CHEATS = {
                                  f"importlib.import_module('torch.nn.functional'), {NAME}))\n",
     "sdpa-vars": TORCH_SDPA + f"flash_attention = _sdpa_with(lambda t: vars(t.nn.functional)[{NAME}])\n",
     "sdpa-aten": TORCH_SDPA + f"flash_attention = _sdpa_with(lambda t: getattr(t.ops.aten, {NAME}))\n",
+    # the private kernels, by names built at run time, and the JIT's handle on the operator
+    "sdpa-private-math": TORCH_SDPA + '''
+def _math(t):  # the math kernel takes an additive mask
+    kernel = getattr(t, "_scaled_dot_" + "product_attention_math")
+    def call(q, k, v, attn_mask=None):
+        if attn_mask is not None:
+            attn_mask = t.zeros(attn_mask.shape, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
+        return kernel(q, k, v, attn_mask=attn_mask)[0]
+    return call
+flash_attention = _sdpa_with(_math)
+''',
+    "sdpa-jit": TORCH_SDPA + f"flash_attention = _sdpa_with(lambda t: t._C._jit_get_operation("
+                             f"'aten::' + {NAME})[0])\n",
     "sdpa-unhooked": TORCH_SDPA + f'''
 def _original(t):  # the wrapper's closure holds the real function: put it back
     wrapper = vars(t.nn.functional)[{NAME}]

@@ -68,11 +68,12 @@ def test_the_environment_is_a_fixed_list_and_nothing_of_the_graders(monkeypatch,
     assert not any("s3cret" in a for a in argv)
 
 
-def test_only_scratch_and_the_socket_folder_are_writable(as_root):
+def test_only_scratch_is_writable_and_the_socket_folder_is_read_only(as_root):
     _, options, mounts, _ = parse(launcher.bwrap_argv(KERNEL, SOCKETS, LIMITS, as_root=as_root))
     writable = [(name, values) for name, values in mounts
                 if name in ("--bind", "--bind-try", "--dev-bind", "--dev-bind-try", "--tmpfs")]
-    assert writable == [("--tmpfs", ("/tmp",)), ("--bind", (SOCKETS, SOCKETS))]
+    assert writable == [("--tmpfs", ("/tmp",))]
+    assert ("--ro-bind", (SOCKETS, SOCKETS)) in mounts
     # the scratch tmpfs is sticky, world-writable and exactly the disk cap
     at = options.index(("--tmpfs", ("/tmp",)))
     assert options[at - 2:at] == [("--perms", ("1777",)), ("--size", (str(48 * 2**20),))]
@@ -86,7 +87,7 @@ def test_every_bind_is_read_only_at_its_own_path_and_none_is_the_course(as_root)
     course = os.path.dirname(os.path.dirname(os.path.abspath(launcher.__file__)))
     course = os.path.dirname(course)  # the repository root: autograder/, lib/, solutions/
     allowed = ("/usr", "/etc/", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-               *launcher.python_roots())
+               SOCKETS, *launcher.python_roots())
     for name, (source, target) in ((n, v) for n, v in mounts if n == "--ro-bind"):
         assert source == target
         assert source.startswith(allowed), source
@@ -124,10 +125,13 @@ def test_the_disk_cap_follows_the_limits():
 def test_rlimits_are_the_caps_and_zero_means_none():
     assert launcher.rlimits(LIMITS) == [
         (resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 48 * 1024 * 1024),
+        (resource.RLIMIT_DATA, resource.RLIM_INFINITY),
         (resource.RLIMIT_AS, 1024 * 1024 * 1024), (resource.RLIMIT_CPU, 90)]
     none = SandboxLimits(memory_mb=0, max_tasks=0, disk_mb=2, cpu_seconds=0)
     assert launcher.rlimits(none) == [(resource.RLIMIT_CORE, 0),
-                                      (resource.RLIMIT_FSIZE, 2 * 1024 * 1024)]
+                                      (resource.RLIMIT_FSIZE, 2 * 1024 * 1024),
+                                      (resource.RLIMIT_DATA, resource.RLIM_INFINITY),
+                                      (resource.RLIMIT_AS, resource.RLIM_INFINITY)]
 
 
 @pytest.mark.parametrize("value, message", [
@@ -143,3 +147,18 @@ def test_the_launcher_refuses_missing_or_bad_limits_in_one_line(value, message):
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_passed_sockets_reach_the_kernel_and_the_boot_code_reads_that_name(as_root):
+    """The worker's listening descriptors are named to the kernel in one variable, whose name
+    the boot code (standard library only, run as ``-c`` source) keeps equal."""
+    from autograder.kernel import boot
+
+    assert boot.SOCKETS_ENV == launcher.SOCKETS_ENV
+    passed = '{"/tmp/x/k-1": 5}'
+    env = dict(v for name, v in parse(launcher.bwrap_argv(KERNEL, SOCKETS, LIMITS, as_root=as_root,
+                                                          sockets=passed))[1] if name == "--setenv")
+    assert env[launcher.SOCKETS_ENV] == passed
+    plain = dict(v for name, v in parse(launcher.bwrap_argv(KERNEL, SOCKETS, LIMITS,
+                                                            as_root=as_root))[1] if name == "--setenv")
+    assert launcher.SOCKETS_ENV not in plain
