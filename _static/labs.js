@@ -438,9 +438,9 @@
       bars.begin({});
       w.forEach(function (wj, j) { if (allowed[j]) bars.rect(j - 0.35, 0, j + 0.35, wj, {fill: C.vermillion}); });
       var seen = allowed.filter(Boolean).length;
-      var names = {encoder: "Encoder self-attention: source token " + t + " reads all " + src + " real source tokens",
-                   decoder: "Decoder self-attention: target token " + t + " reads target tokens 0\u2013" + t + " (causal)",
-                   cross: "Cross-attention: target token " + t + " reads all " + src + " real source tokens (the encoder's output)"};
+      var names = {encoder: "Encoder self-attention: source token " + t + " of " + src + " reads all " + src + " real source tokens",
+                   decoder: "Decoder self-attention: target token " + t + " of " + tgt + " reads target tokens 0\u2013" + t + " (causal)",
+                   cross: "Cross-attention: target token " + t + " of " + tgt + " reads all " + src + " real source tokens (the encoder's output)"};
       return {
         text: names[sub] + "; " + (src < n && sub !== "decoder" ? (n - src) + " padding keys get weight 0. " : "") +
               "Largest weight " + fixed(Math.max.apply(null, w), 3) + " on key " + w.indexOf(Math.max.apply(null, w)) + ".",
