@@ -435,6 +435,10 @@ def audit_page(browser, site, doc):
         set_theme(page, "light")
         page.set_viewport_size({"width": PHONE, "height": 844})
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        # the figures' phone layouts (<picture> sources) load now: wait for every one of them
+        page.wait_for_function("() => [...document.querySelectorAll('article picture img')]"
+                               ".every(i => i.complete && i.naturalWidth > 0 && i.currentSrc.endsWith('-phone.png'))",
+                               timeout=30_000)
         report["phone"] = page.evaluate(OVERFLOW_JS)
         report["phone_figures"] = page.evaluate(FIGURE_SCALE_JS)
         report["phone_wrapped"] = page.evaluate(WRAPPED_PRINTOUTS_JS)
