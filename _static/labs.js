@@ -1,8 +1,10 @@
 /* Labs of "Attention, Part 2": draws the panels of every .tr-lab block that
- * transformer_ref.labs.lab() put on the page, from the JSON the chapter computed at build
- * time, and redraws them when a control moves. Nothing here computes what a lab shows: the
- * views look values up in the chapter's data and draw them as SVG, at the panel's real pixel
- * size (so 12 px text stays 12 px on every screen). No network, no dependencies. */
+ * transformer_ref.labs.lab() put on the page and redraws them when a control moves. The
+ * look-up labs (rope, norm, training, tiles) draw values the chapter computed at build time;
+ * the computing labs (kv, mask, flow) evaluate lab-formulas.js (window.TRLabFormulas, loaded
+ * first) on what the reader types, the same formulas the tests hold equal to transformer_ref's.
+ * Panels are SVG at the panel's real pixel size (so 12 px text stays 12 px on every screen).
+ * No network, no dependencies. */
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
@@ -306,8 +308,143 @@
       });
       return {
         text: "After step " + s + " of " + steps + ": loss " + fixed(d.loss[s - 1], 3) + " nats, " + d.correct[s - 1] +
-              " of 64 inputs right (accuracy " + fixed(100 * d.accuracy[s - 1], 1) + " %).",
+              " of 64 inputs right (accuracy " + fixed(100 * d.accuracy[s - 1], 1) + " %, measured on all 64 possible inputs, " +
+              "the same inputs the training batches are drawn from).",
         data: {step: s, loss: d.loss[s - 1], accuracy: d.accuracy[s - 1], correct: d.correct[s - 1]}
+      };
+    };
+  };
+
+
+  /* ---- the labs that compute in the browser (lab-formulas.js) ---- */
+  var F = window.TRLabFormulas;
+  function bytesText(b) {                        // 70272 -> "68.6 KiB", decimal GB above 1e9 as the chapter
+    if (b >= 1e9) return (b / 1e9).toFixed(2) + " GB";
+    if (b >= 1048576) return (b / 1048576).toFixed(1) + " MiB";
+    if (b >= 1024) return (b / 1024).toFixed(1) + " KiB";
+    return String(b) + " bytes";
+  }
+  function grouped(n) { return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
+
+  VIEWS.kv = function (box, d, ctl) {
+    var names = ["attention", "layers", "kvHeads", "headDim", "kvLoraRank", "ropeHeadDim"];
+    var plot = new Panel(box, {title: "cache vs context length", xlabel: "context length (tokens)", ylabel: "cache (GB)",
+                               xlim: [1024, 131072], ylim: [0.01, 1000], xlog: true, ylog: true,
+                               xticks: [1024, 4096, 16384, 65536], yticks: [0.01, 0.1, 1, 10, 100, 1000],
+                               legend: [["this configuration", C.blue], ["80 GB", "currentColor", "6 4"]]});
+    function config() {
+      var c = {};
+      names.concat(["seqLen", "batch", "bits", "scales"]).forEach(function (n) { c[n] = ctl.get(n); });
+      return c;
+    }
+    var draw = function () {
+      var c = config(), r = F.kvCache(c), mla = c.attention === "mla";
+      ["kvHeads", "headDim"].forEach(function (n) { ctl.control(n).disabled = mla; });
+      ["kvLoraRank", "ropeHeadDim"].forEach(function (n) { ctl.control(n).disabled = !mla; });
+      ctl.control("scales").disabled = c.bits === 16;
+      var xs = [], ys = [];
+      for (var e = 10; e <= 17; e += 0.25) { var n = Math.pow(2, e); xs.push(n); ys.push(F.kvCache(Object.assign({}, c, {seqLen: n})).bytes / 1e9); }
+      plot.begin({});
+      plot.line([1024, 131072], [80, 80], {color: "currentColor", width: 1, dash: "6 4"});
+      plot.line(xs, ys.map(function (y) { return Math.min(Math.max(y, 0.01), 1000); }), {color: C.blue, width: 2});
+      if (c.seqLen >= 1024 && c.seqLen <= 131072 && r.bytes / 1e9 >= 0.01 && r.bytes / 1e9 <= 1000)
+        plot.dot(c.seqLen, r.bytes / 1e9, {color: C.vermillion, r: 5});
+      var perToken = F.kvCache(Object.assign({}, c, {seqLen: 1, batch: 1})).dataBytes;
+      return {
+        text: (mla ? "MLA: " + c.layers + " layers \u00d7 (" + c.kvLoraRank + " + " + c.ropeHeadDim + ") numbers"
+                   : c.layers + " layers \u00d7 2 \u00d7 " + c.kvHeads + " KV heads \u00d7 " + c.headDim + " numbers") +
+              " = " + grouped(r.numbers / c.seqLen / c.batch) + " numbers per token, " + grouped(perToken) + " bytes at " + c.bits +
+              " bits. " + grouped(c.seqLen) + " tokens \u00d7 " + c.batch + (c.batch === 1 ? " sequence" : " sequences") + ": " +
+              grouped(r.bytes) + " bytes (" + bytesText(r.bytes) + ")" +
+              (r.scales ? ", of which " + grouped(r.scaleBytes) + " bytes are " + grouped(r.scales) + " fp16 scales" : "") + ".",
+        data: {bytes: r.bytes, dataBytes: r.dataBytes, scaleBytes: r.scaleBytes, numbers: r.numbers, perToken: perToken}
+      };
+    };
+    draw.changed = function (name) {              // a preset fills in its configuration
+      if (name !== "preset" || !d.presets[ctl.get("preset")]) return;
+      var p = d.presets[ctl.get("preset")];
+      names.forEach(function (n) { if (p[n] !== undefined) ctl.set(n, p[n]); });
+    };
+    draw.changed("preset");
+    return draw;
+  };
+
+  VIEWS.mask = function (box, d, ctl) {
+    var heat = new Panel(box, {title: "who may attend to whom", xlabel: "key j", ylabel: "query i", xlim: [0, 1], ylim: [1, 0], aspect: 1,
+                               legend: [["may attend", C.blue], ["masked", "#d9d9d9"]]});
+    var draw = function () {
+      var kind = ctl.get("kind"), T = ctl.get("T"), S = kind === "prefix" ? T : ctl.get("S");
+      ctl.control("S").disabled = kind === "prefix";
+      ctl.control("window").disabled = kind !== "sliding";
+      ctl.control("prefix").disabled = kind !== "prefix";
+      ctl.control("length").disabled = kind !== "padding";
+      var c = {kind: kind, T: T, S: S, window: ctl.get("window"), prefix: Math.min(ctl.get("prefix"), T), length: Math.min(ctl.get("length"), S)};
+      var m = F.mask(c), allowed = 0, empty = 0, bits = [];
+      heat.begin({xlim: [-0.5, S - 0.5], ylim: [T - 0.5, -0.5],
+                  xticks: niceTicks(0, Math.max(S - 1, 1), 5).filter(Number.isInteger), yticks: niceTicks(0, Math.max(T - 1, 1), 5).filter(Number.isInteger)});
+      m.forEach(function (row, i) {
+        var any = false;
+        row.forEach(function (ok, j) {
+          heat.rect(j - 0.5, i - 0.5, j + 0.5, i + 0.5, {fill: ok ? C.blue : "#d9d9d9", stroke: "#ffffff", width: S > 24 ? 0 : 1});
+          if (ok) { allowed++; any = true; }
+        });
+        if (!any) empty++;
+        bits.push(row.map(function (ok) { return ok ? "1" : "0"; }).join(""));
+      });
+      var what = {causal: "causal, aligned bottom-right", sliding: "causal sliding window of " + c.window,
+                  prefix: "prefix-LM with a prefix of " + c.prefix, padding: "causal with " + c.length + " real keys and " + (S - c.length) + " padding"}[kind];
+      return {
+        text: T + " queries, " + S + " keys, " + what + ": " + allowed + " of " + T * S + " pairs may attend" +
+              (empty ? "; " + empty + (empty === 1 ? " row sees" : " rows see") + " no key (its output is zeros)" : "") + ".",
+        data: {kind: kind, T: T, S: S, allowed: allowed, empty: empty, bits: bits.join("/")}
+      };
+    };
+    return draw;
+  };
+
+  VIEWS.flow = function (box, d, ctl) {
+    var n = d.src.length, scale = 1 / Math.sqrt(d.enc.q[0].length);
+    var flow = new Panel(box, {title: "who reads whom", xlim: [-0.8, n - 0.2], ylim: [-0.6, 2.2], aspect: 0.6, axes: false});
+    var bars = new Panel(box, {title: "attention weights of the query", xlabel: "key", ylabel: "weight", xlim: [-0.6, n - 0.4], ylim: [0, 1.05],
+                               xticks: range(0, n - 1), aspect: 0.6});
+    return function () {
+      var src = ctl.get("srcLen"), tgt = ctl.get("tgtLen"), sub = ctl.get("sublayer");
+      ctl.setValues("query", range(0, (sub === "encoder" ? src : tgt) - 1));
+      var t = ctl.get("query"), w, allowed = [], K, q;
+      if (sub === "encoder") { q = d.enc.q[t]; K = d.enc.k; for (var j = 0; j < n; j++) allowed.push(j < src); }
+      else if (sub === "decoder") { q = d.dec.q[t]; K = d.dec.k; for (var j2 = 0; j2 < n; j2++) allowed.push(j2 <= t && j2 < tgt); }
+      else { q = d.cross.q[t]; K = d.cross.k; for (var j3 = 0; j3 < n; j3++) allowed.push(j3 < src); }
+      w = F.attend(q, K, allowed, scale);
+      var keyRow = sub === "decoder" ? 2 : 0, queryRow = sub === "encoder" ? 0 : 2;
+      flow.begin({});
+      [[0, "encoder", src], [2, "decoder", tgt]].forEach(function (r) {
+        flow.label(-0.75, r[0], r[1], {anchor: "start", dy: -14});
+        for (var i = 0; i < n; i++) {
+          var real = i < r[2];
+          flow.rect(i - 0.3, r[0] - 0.22, i + 0.3, r[0] + 0.22, {fill: real ? (r[0] ? C.orange : C.sky) : "none",
+                                                                  stroke: "currentColor", width: real ? 1 : 0.5, opacity: real ? 1 : 0.5});
+          flow.label(i, r[0], real ? String(i) : "pad", {anchor: "middle", dy: 4});
+        }
+      });
+      w.forEach(function (wj, j) {
+        if (!allowed[j]) return;
+        var x0 = flow.x(j), y0 = flow.y(keyRow + (keyRow === queryRow ? 0.22 : keyRow ? -0.22 : 0.22));
+        var x1 = flow.x(t), y1 = flow.y(queryRow + (queryRow ? -0.22 : 0.22));
+        var path = keyRow === queryRow ? "M" + x0 + "," + y0 + " Q" + (x0 + x1) / 2 + "," + (y0 - 60 * (keyRow ? -1 : 1)) + " " + x1 + "," + y1
+                                       : "M" + x0 + "," + y0 + " L" + x1 + "," + y1;
+        el("path", {d: path, fill: "none", stroke: C.vermillion, "stroke-width": 1 + 6 * wj, "stroke-opacity": 0.25 + 0.75 * wj}, flow.plot);
+      });
+      flow.rect(t - 0.36, queryRow - 0.28, t + 0.36, queryRow + 0.28, {stroke: C.vermillion, width: 3});
+      bars.begin({});
+      w.forEach(function (wj, j) { if (allowed[j]) bars.rect(j - 0.35, 0, j + 0.35, wj, {fill: C.vermillion}); });
+      var seen = allowed.filter(Boolean).length;
+      var names = {encoder: "Encoder self-attention: source token " + t + " of " + src + " reads all " + src + " real source tokens",
+                   decoder: "Decoder self-attention: target token " + t + " of " + tgt + " reads target tokens 0\u2013" + t + " (causal)",
+                   cross: "Cross-attention: target token " + t + " of " + tgt + " reads all " + src + " real source tokens (the encoder's output)"};
+      return {
+        text: names[sub] + "; " + (src < n && sub !== "decoder" ? (n - src) + " padding keys get weight 0. " : "") +
+              "Largest weight " + fixed(Math.max.apply(null, w), 3) + " on key " + w.indexOf(Math.max.apply(null, w)) + ".",
+        data: {sublayer: sub, query: t, keys: seen, weights: JSON.stringify(w)}
       };
     };
   };
@@ -318,16 +455,25 @@
     if (!view || root.dataset.ready) return;
     root.dataset.ready = "1";
     var data = JSON.parse(root.querySelector("script.tr-lab-data").textContent);
-    var inputs = {};
+    var inputs = {}, typed = {};
     root.querySelectorAll("input[type=range]").forEach(function (input) { inputs[input.name] = input; });
+    root.querySelectorAll("input[type=number], select").forEach(function (input) { typed[input.name] = input; });
     function values(input) { return JSON.parse(input.dataset.values); }
+    function typedValue(input) {            // a number box gives an integer within its bounds, a drop-down its value
+      if (input.tagName === "SELECT") return /^-?\d+$/.test(input.value) ? Number(input.value) : input.value;
+      var v = Math.round(Number(input.value));
+      if (!isFinite(v)) v = Number(input.min);
+      return Math.min(Number(input.max), Math.max(Number(input.min), v));
+    }
     function sync(input) {
       var v = values(input)[Number(input.value)];
       input.setAttribute("aria-valuetext", String(v));
       document.getElementById(input.id + "-value").textContent = String(v);
     }
     var ctl = {
-      get: function (name) { return values(inputs[name])[Number(inputs[name].value)]; },
+      get: function (name) { return typed[name] ? typedValue(typed[name]) : values(inputs[name])[Number(inputs[name].value)]; },
+      set: function (name, value) { typed[name].value = String(value); },
+      control: function (name) { return typed[name] || inputs[name]; },
       setValues: function (name, list, value) {   // new steps for a control, keeping its value where it can
         var input = inputs[name], current = value === undefined ? ctl.get(name) : value;
         var index = list.indexOf(current);
@@ -340,7 +486,7 @@
     var panels = root.querySelector(".tr-lab-panels");
     var readout = root.querySelector(".tr-lab-readout");
     panels.textContent = "";
-    var draw = view(panels, data, ctl, root);
+    var draw = view(panels, data, ctl, root), shownFor = draw.changed || null;
     function update() {
       Object.keys(inputs).forEach(function (name) { sync(inputs[name]); });
       var shown = draw();
@@ -348,6 +494,12 @@
       Object.keys(shown.data).forEach(function (key) { readout.dataset[key] = String(shown.data[key]); });
     }
     Object.keys(inputs).forEach(function (name) { inputs[name].addEventListener("input", update); });
+    Object.keys(typed).forEach(function (name) {
+      typed[name].addEventListener(typed[name].tagName === "SELECT" ? "change" : "input", function () {
+        if (shownFor) shownFor(name);
+        update();
+      });
+    });
     var width = panels.clientWidth;
     if (window.ResizeObserver) {
       new ResizeObserver(function () {

@@ -6,7 +6,10 @@ type="range">`` controls, an empty area that the site's ``_static/labs.js`` fill
 panels, a text readout that says the values of the current setting (``aria-live``, with the
 same values in ``data-*`` attributes for the browser tests), and the numbers themselves as
 embedded JSON. The JavaScript only looks values up and draws them; it computes nothing that
-the chapter did not. ``kind`` names the view in ``labs.js`` that knows how to draw that lab:
+the chapter did not, except in the labs that compute (``kv``, ``mask``, ``flow``): these
+evaluate the formulas of ``_static/lab-formulas.js`` on what the reader types or picks
+(:func:`number` and :func:`choice` controls), and the tests hold those formulas equal to the
+library's (``tests/book/test_lab_formulas.py``). ``kind`` names the view in ``labs.js`` that knows how to draw that lab:
 
 ========= ======= ==================================================================
 kind      chapter data it reads
@@ -22,10 +25,20 @@ training  4       ``loss``, ``accuracy`` and ``correct`` (steps,), ``p_more`` (s
 tiles     6       ``S`` (n, n) and ``S_rgb``, ``trace``: per key-tile size B_k, (n, n/B_k, 3)
                   the running max m, running sum l and rescaling factor of every row after
                   each key tile; ``q`` and ``k`` (n, d)
+kv        2       ``presets``: name -> the configuration (``attention``, ``layers``,
+                  ``kvHeads``, ``headDim``, ``kvLoraRank``, ``ropeHeadDim``) and
+                  ``perToken``, the library's bytes per token in 16 bits
+mask      3       ``limits``: the largest ``T`` and ``S`` drawn
+flow      5       ``src`` (8, d) and ``tgt`` (8, d) token vectors and the projections
+                  ``enc`` (Q, K of the encoder), ``dec`` (Q, K of the decoder's self-attention)
+                  and ``cross`` (Q from the decoder, K from the encoder's output), each (8, d)
 ========= ======= ==================================================================
 
 Controls named in the views: ``m``, ``n`` (rope); ``L``, ``layer`` (norm); ``step``
-(training); ``Bq``, ``Bk``, ``step`` (tiles). A view may narrow a control's values (the
+(training); ``Bq``, ``Bk``, ``step`` (tiles); ``preset``, ``attention``, ``layers``, ``kvHeads``,
+``headDim``, ``kvLoraRank``, ``ropeHeadDim``, ``seqLen``, ``batch``, ``bits``, ``scales`` (kv);
+``kind``, ``T``, ``S``, ``window``, ``prefix``, ``length`` (mask); ``srcLen``, ``tgtLen``,
+``sublayer``, ``query`` (flow). A view may narrow a control's values (the
 layers of the chosen depth, the steps of the chosen tiling).
 """
 
@@ -39,7 +52,7 @@ from matplotlib.colors import to_hex
 
 from .plotting import CMAP_DIVERGING
 
-__all__ = ["lab", "control", "heatmap_colors"]
+__all__ = ["lab", "control", "number", "choice", "heatmap_colors"]
 
 
 def control(name, label, values, value=None):
@@ -55,6 +68,25 @@ def control(name, label, values, value=None):
     if value not in values:
         raise ValueError(f"value {value!r} of control {name!r} is not one of its values")
     return {"name": name, "label": label, "values": values, "value": value}
+
+
+def number(name, label, value, minimum, maximum):
+    """A number box of a lab (``<input type="number">``): any integer from ``minimum`` to
+    ``maximum``, initially ``value``. For labs that compute from what the reader types."""
+    if not minimum <= value <= maximum:
+        raise ValueError(f"value {value!r} of control {name!r} is not in [{minimum}, {maximum}]")
+    return {"name": name, "label": label, "type": "number", "value": int(value),
+            "min": int(minimum), "max": int(maximum)}
+
+
+def choice(name, label, options, value=None):
+    """A drop-down of a lab (``<select>``): ``options`` is a list of ``(value, text)`` pairs,
+    ``value`` the initial one (default: the first)."""
+    values = [v for v, _ in options]
+    value = values[0] if value is None else value
+    if value not in values:
+        raise ValueError(f"value {value!r} of control {name!r} is not one of its options")
+    return {"name": name, "label": label, "type": "choice", "options": list(options), "value": value}
 
 
 def heatmap_colors(matrix, cmap=CMAP_DIVERGING, vmax=None):
@@ -113,6 +145,18 @@ def lab(kind, data, controls, *, title, alt, name=None, digits=7):
     rows = []
     for c in controls:
         cid = f"{uid}-{c['name']}"
+        if c.get("type") == "number":
+            rows.append(
+                f'<div class="tr-lab-control"><label for="{cid}">{html.escape(c["label"])}</label>'
+                f'<input type="number" id="{cid}" name="{c["name"]}" min="{c["min"]}" max="{c["max"]}" '
+                f'step="1" value="{c["value"]}" inputmode="numeric"></div>')
+            continue
+        if c.get("type") == "choice":
+            options = "".join(f'<option value="{html.escape(str(v))}"{" selected" if v == c["value"] else ""}>'
+                              f"{html.escape(text)}</option>" for v, text in c["options"])
+            rows.append(f'<div class="tr-lab-control"><label for="{cid}">{html.escape(c["label"])}</label>'
+                        f'<select id="{cid}" name="{c["name"]}">{options}</select></div>')
+            continue
         index = c["values"].index(c["value"])
         rows.append(
             f'<div class="tr-lab-control"><label for="{cid}">{html.escape(c["label"])}</label>'

@@ -24,6 +24,9 @@ LABS = {  # lab id -> page
     "lab-norm": "chapters/04-transformer-block",
     "lab-training": "chapters/04-transformer-block",
     "lab-tiles": "chapters/06-flash-attention",
+    "lab-kv": "chapters/02-gqa-kv-cache",
+    "lab-mask": "chapters/03-causal-mask",
+    "lab-flow": "chapters/05-families",
 }
 
 
@@ -48,6 +51,17 @@ def set_controls(page, lab_id, **values):
         index = json.loads(slider.get_attribute("data-values")).index(value)
         slider.fill(str(index))  # a range input: sets the value and fires 'input'
         assert page.locator(f"#{lab_id}-{name}-value").text_content() == str(value)
+    return page.locator(f"#{lab_id}-readout").evaluate("e => Object.assign({text: e.textContent}, e.dataset)")
+
+
+def type_into(page, lab_id, **values):
+    """Type into number boxes and pick from drop-downs (in order); return the readout."""
+    for name, value in values.items():
+        box = page.locator(f"#{lab_id}-{name}")
+        if box.evaluate("e => e.tagName") == "SELECT":
+            box.select_option(str(value))
+        else:
+            box.fill(str(value))  # fires 'input'
     return page.locator(f"#{lab_id}-readout").evaluate("e => Object.assign({text: e.textContent}, e.dataset)")
 
 
@@ -192,6 +206,97 @@ def test_training_lab_shows_the_library_training_run(browser, site):  # noqa: F8
         context.close()
 
 
+def test_kv_lab_computes_the_library_cache_of_any_configuration(browser, site):  # noqa: F811
+    from transformer_ref import numpy as ref
+
+    context, page, log = open_lab(browser, site, "lab-kv")
+    try:
+        presets = lab_data(page, "lab-kv")["presets"]
+        assert len(presets) == 6
+        for name, p in presets.items():  # every model of the chapter, as the chapter computed it
+            got = type_into(page, "lab-kv", preset=name, seqLen=1, batch=1, bits=16)
+            assert int(got["perToken"]) == p["perToken"] == int(got["bytes"]), name
+            assert (page.locator("#lab-kv-kvHeads").is_disabled()) == (p["attention"] == "mla")
+        # own numbers: the library's formulas, and below 16 bits the scales quantize_kv makes
+        got = type_into(page, "lab-kv", preset="own", attention="kv", layers=7, kvHeads=3, headDim=40,
+                        seqLen=1000, batch=5, bits=16)
+        assert int(got["bytes"]) == ref.kv_cache_bytes(7, 3, 40, 1000, 5)
+        assert f"{ref.kv_cache_bytes(7, 3, 40, 1000, 5):,} bytes" in got["text"]
+        got = type_into(page, "lab-kv", bits=8, scales="token")
+        _, scale = ref.quantize_kv(np.ones((5, 3, 1000, 40)), bits=8, axis=-1)
+        assert int(got["dataBytes"]) == ref.kv_cache_bytes(7, 3, 40, 1000, 5, bytes_per_element=1)
+        assert int(got["scaleBytes"]) == 2 * 7 * 2 * scale.size
+        got = type_into(page, "lab-kv", bits=4, scales="channel")
+        _, scale = ref.quantize_kv(np.ones((5, 3, 1000, 40)), bits=4, axis=-2)
+        assert int(got["dataBytes"]) * 2 == ref.kv_cache_bytes(7, 3, 40, 1000, 5, bytes_per_element=1)
+        assert int(got["scaleBytes"]) == 2 * 7 * 2 * scale.size
+        got = type_into(page, "lab-kv", attention="mla", layers=27, kvLoraRank=512, ropeHeadDim=64, bits=16,
+                        seqLen=4096, batch=2)
+        assert int(got["bytes"]) == ref.mla_kv_cache_bytes(27, 512, 64, 4096, 2)
+        assert page.locator("#lab-kv-headDim").is_disabled() and page.locator("#lab-kv-scales").is_disabled()
+        got = type_into(page, "lab-kv", layers=99999)  # out of bounds: the box's maximum is used
+        assert int(got["bytes"]) == ref.mla_kv_cache_bytes(1000, 512, 64, 4096, 2)
+        type_into(page, "lab-kv", layers=27)
+        check_what_a_reader_meets(page, "lab-kv")
+        assert not log.errors, log.errors
+    finally:
+        context.close()
+
+
+def test_mask_lab_draws_the_library_masks(browser, site):  # noqa: F811
+    from transformer_ref import numpy as ref
+
+    context, page, log = open_lab(browser, site, "lab-mask")
+    try:
+        cases = [({"kind": "causal", "T": 8, "S": 8}, ref.causal_mask(8, 8)),
+                 ({"kind": "causal", "T": 3, "S": 11}, ref.causal_mask(3, 11)),
+                 ({"kind": "causal", "T": 9, "S": 4}, ref.causal_mask(9, 4)),
+                 ({"kind": "sliding", "T": 12, "S": 12, "window": 4}, ref.sliding_window_mask(12, 4, 12)),
+                 ({"kind": "sliding", "T": 2, "S": 16, "window": 5}, ref.sliding_window_mask(2, 5, 16)),
+                 ({"kind": "prefix", "T": 10, "prefix": 4}, ref.prefix_lm_mask(10, 4)),
+                 ({"kind": "prefix", "T": 6, "prefix": 0}, ref.prefix_lm_mask(6, 0)),
+                 ({"kind": "padding", "T": 7, "S": 7, "length": 4}, ref.causal_mask(7) & ref.padding_mask([4], 7)[0, 0]),
+                 ({"kind": "padding", "T": 5, "S": 9, "length": 2}, ref.causal_mask(5, 9) & ref.padding_mask([2], 9)[0, 0])]
+        for setting, expected in cases:
+            kind = setting.pop("kind")
+            type_into(page, "lab-mask", kind=kind)
+            got = set_controls(page, "lab-mask", **setting)
+            rows = np.array([[c == "1" for c in row] for row in got["bits"].split("/")])
+            assert np.array_equal(rows, expected), (kind, setting)
+            assert int(got["allowed"]) == expected.sum() and int(got["empty"]) == (~expected.any(1)).sum()
+            assert f"{expected.sum()} of {expected.size} pairs may attend" in got["text"]
+            cells = page.locator("#lab-mask .tr-lab-panel svg g rect")
+            assert cells.count() == expected.size  # one drawn cell per pair
+        check_what_a_reader_meets(page, "lab-mask")
+        assert not log.errors, log.errors
+    finally:
+        context.close()
+
+
+def test_flow_lab_computes_the_library_attention_weights(browser, site):  # noqa: F811
+    from transformer_ref import numpy as ref
+
+    context, page, log = open_lab(browser, site, "lab-flow")
+    try:
+        data = lab_data(page, "lab-flow")
+        n = len(data["src"])
+        for sub, src, tgt, query in [("cross", 6, 8, 3), ("cross", 2, 5, 4), ("decoder", 8, 8, 0),
+                                     ("decoder", 3, 6, 5), ("encoder", 5, 8, 4), ("encoder", 8, 2, 7)]:
+            type_into(page, "lab-flow", sublayer=sub)
+            got = set_controls(page, "lab-flow", srcLen=src, tgtLen=tgt, query=query)
+            q, k = np.array(data[{"cross": "cross", "decoder": "dec", "encoder": "enc"}[sub]]["q"]), \
+                np.array(data[{"cross": "cross", "decoder": "dec", "encoder": "enc"}[sub]]["k"])
+            mask = ref.causal_mask(n) if sub == "decoder" else np.broadcast_to(ref.padding_mask([src], n)[0, 0], (n, n))
+            _, w = ref.scaled_dot_product_attention(q, k, k, mask=mask, return_weights=True)
+            assert np.allclose(json.loads(got["weights"]), w[query], atol=1e-6), (sub, src, tgt, query)
+            assert int(got["keys"]) == mask[query].sum()
+            assert page.locator("#lab-flow-query").get_attribute("max") == str((src if sub == "encoder" else tgt) - 1)
+        check_what_a_reader_meets(page, "lab-flow")
+        assert not log.errors, log.errors
+    finally:
+        context.close()
+
+
 # Sizes and colours a reader sees, measured in the page.
 LAYOUT_JS = """lab => {
   const root = document.getElementById(lab), panels = [...root.querySelectorAll('.tr-lab-panel')];
@@ -227,17 +332,26 @@ def check_what_a_reader_meets(page, lab_id):
     assert len(root.locator(".tr-lab-panels").get_attribute("aria-label")) > 80  # a real description
     assert root.locator(".tr-lab-panels").get_attribute("role") == "img"
     assert page.locator(f"#{lab_id}-readout").get_attribute("aria-live") == "polite"
-    sliders = root.locator("input[type=range]")
-    for index in range(sliders.count()):
-        slider = sliders.nth(index)
-        label = root.locator(f"label[for='{slider.get_attribute('id')}']")
+    controls = root.locator("input[type=range], input[type=number], select")
+    for index in range(controls.count()):
+        control = controls.nth(index)
+        label = root.locator(f"label[for='{control.get_attribute('id')}']")
         assert label.count() == 1 and label.is_visible() and label.text_content().strip()
-    slider = sliders.last  # the keyboard moves a slider one step and the readout follows
-    slider.fill("0")
-    before = page.locator(f"#{lab_id}-readout").text_content()
-    slider.focus()
-    page.keyboard.press("ArrowRight")
-    assert slider.input_value() == "1"
+    sliders = root.locator("input[type=range]:enabled")
+    if sliders.count():  # the keyboard moves a slider one step and the readout follows
+        slider = sliders.last
+        slider.fill("0")
+        before = page.locator(f"#{lab_id}-readout").text_content()
+        slider.focus()
+        page.keyboard.press("ArrowRight")
+        assert slider.input_value() == "1"
+    else:  # ... or steps a number box up by one
+        slider = root.locator("input[type=number]:enabled").last
+        start = int(slider.input_value())
+        before = page.locator(f"#{lab_id}-readout").text_content()
+        slider.focus()
+        page.keyboard.press("ArrowUp")
+        assert slider.input_value() == str(start + 1)
     assert page.locator(f"#{lab_id}-readout").text_content() != before
 
     wide = page.evaluate(f"({LAYOUT_JS})('{lab_id}')")

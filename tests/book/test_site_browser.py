@@ -11,7 +11,7 @@ Every page is also audited once, in one browser tab that is switched between thr
 scroll container and nothing is cut off at the right; every table, image, SVG and display
 equation fits its column at 1280 px, and every display equation at 390 px too; every figure's
 smallest text is at least 9 pt as shown at 1280 px, and on a phone at least as large as the
-figure's caption; printouts keep their lines on a phone (they scroll, never wrap); in dark
+figure's caption, with the figure's panels stacked and the whole figure on the screen; printouts keep their lines on a phone (they scroll, never wrap); in dark
 mode every figure is shown unfiltered on its white panel; table
 headers meet WCAG AA contrast in light and dark mode; no output shows an object repr
 (``<... at 0x...>``); axe-core (``node_modules``, pinned in ``package-lock.json``) finds no
@@ -169,7 +169,8 @@ def test_page_renders_offline_without_errors(browser, site, doc):
 
 
 def test_a_lab_responds_to_its_controls(browser, site):
-    """Every kernel-free lab (``transformer_ref.labs``) is drawn, and each of its sliders redraws it.
+    """Every kernel-free lab (``transformer_ref.labs``) is drawn, and each of its controls that
+    applies (sliders, number boxes, drop-downs) changes its readout and redraws it.
 
     ``test_labs_browser.py`` checks what each lab shows against the library.
     """
@@ -185,16 +186,27 @@ def test_a_lab_responds_to_its_controls(browser, site):
                 lab.scroll_into_view_if_needed()
                 name = lab.get_attribute("id")
                 assert "tr-lab-ready" in lab.get_attribute("class"), f"{doc}: {name} was not drawn"
-                assert lab.locator(".tr-lab-panel svg").count() >= 2, f"{doc}: {name} has no panels"
+                assert lab.locator(".tr-lab-panel svg").count() >= 1, f"{doc}: {name} has no panels"
                 readout = lab.locator(".tr-lab-readout")
-                sliders = lab.locator("input[type=range]")
-                for i in reversed(range(sliders.count())):  # the last first: a slider may narrow the next's range
-                    slider, before = sliders.nth(i), readout.text_content()
+                controls = lab.locator("input[type=range], input[type=number], select")
+                for i in reversed(range(controls.count())):  # the last first: a slider may narrow the next's range
+                    control, before = controls.nth(i), readout.text_content()
+                    if control.is_disabled():  # a control that does not apply to the current setting
+                        continue
                     drawn = lab.locator(".tr-lab-panels").inner_html()
-                    target = "0" if slider.input_value() != "0" else slider.get_attribute("max")
-                    slider.fill(target)  # a range input: sets the value and fires 'input'
-                    assert readout.text_content() != before, f"{doc}: {name}: slider {i} left the readout"
-                    assert lab.locator(".tr-lab-panels").inner_html() != drawn, f"{doc}: {name}: no redraw"
+                    kind = control.evaluate("e => e.type")
+                    if kind == "range":
+                        control.fill("0" if control.input_value() != "0" else control.get_attribute("max"))
+                    elif kind == "number":
+                        value = int(control.input_value())
+                        control.fill(str(value + 1 if value < int(control.get_attribute("max")) else value - 1))
+                    else:
+                        options = control.locator("option").evaluate_all("os => os.map(o => o.value)")
+                        control.select_option(next(o for o in options if o != control.input_value()))
+                    assert readout.text_content() != before, f"{doc}: {name}: control {i} left the readout"
+                    # (a drop-down may name a case that draws the same, e.g. any 1 x 1 mask)
+                    assert kind == "select-one" or lab.locator(".tr-lab-panels").inner_html() != drawn, \
+                        f"{doc}: {name}: no redraw"
                 seen.append(name)
             assert not log.errors, f"{doc}: console errors while using the labs: {log.errors}"
         finally:
@@ -345,8 +357,12 @@ FIGURE_SCALE_JS = """() => {
   return [...document.querySelectorAll('article img[src*="_images/"]')].map(img => {
     const figure = img.closest('figure');
     const style = getComputedStyle(img);
+    const box = img.getBoundingClientRect();
     return {where: (figure && figure.id) || img.getAttribute('src'),
-            shown: img.getBoundingClientRect().width, natural: img.naturalWidth,
+            shown: box.width, natural: img.naturalWidth, left: box.left, right: box.right,
+            viewport: document.documentElement.clientWidth, source: img.currentSrc.split('/').pop(),
+            scrolls: !!figure && ['auto', 'scroll'].includes(getComputedStyle(figure).overflowX)
+                     && figure.scrollWidth > figure.clientWidth + 1,
             caption: (figure && size(figure.querySelector('figcaption'))) || pageCaption,
             filter: style.filter, background: style.backgroundColor};
   });
@@ -419,6 +435,10 @@ def audit_page(browser, site, doc):
         set_theme(page, "light")
         page.set_viewport_size({"width": PHONE, "height": 844})
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        # the figures' phone layouts (<picture> sources) load now: wait for every one of them
+        page.wait_for_function("() => [...document.querySelectorAll('article picture img')]"
+                               ".every(i => i.complete && i.naturalWidth > 0 && i.currentSrc.endsWith('-phone.png'))",
+                               timeout=30_000)
         report["phone"] = page.evaluate(OVERFLOW_JS)
         report["phone_figures"] = page.evaluate(FIGURE_SCALE_JS)
         report["phone_wrapped"] = page.evaluate(WRAPPED_PRINTOUTS_JS)
@@ -503,14 +523,31 @@ def test_figure_text_is_at_least_9_pt_as_shown(audit, doc):
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_figure_text_is_as_large_as_the_caption_on_a_phone(audit, doc):
     """At 390 px every figure's smallest text is at least as large as its caption's text
-    (``custom.css`` shows figures at their own pixel size there, scrolling inside the figure,
-    rather than shrinking an 8-inch figure's text to about 6 px)."""
+    (there the page shows each figure's phone layout, its panels stacked in one column drawn
+    about 400 px wide: ``scripts/phone_figures.py``), rather than shrinking an 8-inch
+    figure's text to about 6 px."""
     figures = audit(doc)["phone_figures"]
     assert len(figures) == len(audit(doc)["figures"]), f"{doc}: not every figure measured at {PHONE} px"
     small = [f"{f['where']}: {figure_text_px(f['shown'], f['natural']):.1f} px < caption "
              f"{f['caption']:.1f} px ({f['natural']} px PNG shown {f['shown']:.0f} px)"
              for f in figures if figure_text_px(f["shown"], f["natural"]) < f["caption"] - 0.05]
     assert not small, f"{doc}: figure text smaller than the caption at {PHONE} px: {small}"
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_figures_stack_their_panels_on_a_phone(audit, doc):
+    """At 390 px every figure shows its phone layout (panels stacked, ``-phone.png``), whole
+    on the screen: no wider than the column, its right edge inside the viewport, nothing to
+    scroll sideways; at 1280 px the page shows the side-by-side layout."""
+    phone, desktop = audit(doc)["phone_figures"], audit(doc)["figures"]
+    assert [f["where"] for f in phone] == [f["where"] for f in desktop]
+    wrong = [f"{f['where']}: {f['source']} shown {f['shown']:.0f} px ({f['natural']} px PNG), right edge "
+             f"{f['right']:.0f} of {f['viewport']} px{', scrolls sideways' if f['scrolls'] else ''}"
+             for f in phone if not f["source"].endswith("-phone.png") or f["right"] > f["viewport"] + 0.5
+             or f["left"] < -0.5 or f["scrolls"] or f["shown"] > f["natural"] + 0.5]
+    assert not wrong, f"{doc}: figures not stacked into the screen at {PHONE} px: {wrong}"
+    side_by_side = [f["where"] for f in desktop if f["source"].endswith("-phone.png")]
+    assert not side_by_side, f"{doc}: the phone layout shown at {DESKTOP} px: {side_by_side}"
 
 
 @pytest.mark.parametrize("doc", DOCS)
