@@ -27,6 +27,7 @@ Every such event is recorded in the executed notebook's metadata
 (``metadata.autograder.events``, see :func:`events`), for the grading summary.
 """
 
+import ast
 import asyncio
 from queue import Empty
 from time import monotonic, sleep
@@ -38,7 +39,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Integer
 
-from ..core.cells import grade_id, is_setup_cell, is_solution, is_test_cell, visible_source
+from ..core.cells import grade_id, is_setup_cell, is_test_cell, visible_source
 from ..core.limits import Limits
 from ..core.results import LimitKind
 from ..kernel.probe import Op
@@ -78,6 +79,51 @@ class KernelStartError(GradingHostFault):
     records the student as ``error``, keeping the earlier grade
     (:func:`autograder.worker.pipeline.grade_student`).
     """
+
+
+# Run in a measuring kernel before its window opens, on the names imported_modules found:
+# each is imported only if it and every package above it resolve to the interpreter's own
+# (read-only) standard library or site-packages, so only trusted code runs there; a name
+# that resolves elsewhere (a file the student wrote) is left to the window.
+WARM_IMPORTS = """
+def _warm(names):
+    import importlib, importlib.util, os, sysconfig
+    roots = tuple(os.path.join(os.path.realpath(p), "") for p in {{sysconfig.get_path(k) for k in
+                  ("stdlib", "platstdlib", "purelib", "platlib")}} if p)
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            try:
+                spec = importlib.util.find_spec(".".join(parts[:i]))
+                origin = spec and spec.origin
+                if origin not in ("built-in", "frozen") and not (
+                        origin and os.path.realpath(origin).startswith(roots)):
+                    break
+                importlib.import_module(".".join(parts[:i]))
+            except Exception:
+                break
+_warm({names!r})
+del _warm
+"""
+
+
+def imported_modules(sources):
+    """The absolute module names that ``import`` statements anywhere in ``sources`` name,
+    sorted (a cell that does not parse as Python, even without its magics, names none)."""
+    names = set()
+    for source in sources:
+        code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                         for line in source.splitlines())
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+    return sorted(names)
 
 
 def flags(nb):
@@ -271,30 +317,42 @@ class LimitedExecute(Execute):
     def measure_call(self, name, args, kwargs, timeout):
         """``(output, peak bytes)`` of ``name(*args, **kwargs)`` in a fresh sandboxed kernel.
 
-        The fresh kernel runs the set-up cells that ran (trusted code) and takes the
-        inputs (decoded and kept by the probe); only then does the window open
-        (:class:`autograder.sandbox.cgroups.MemoryMeter`, read from outside the sandbox),
+        Before the window, only trusted code runs in the fresh kernel: the set-up cells
+        that ran, the installed modules that the student's code imports
+        (:func:`imported_modules`, imported by :data:`WARM_IMPORTS` only where they resolve
+        to the read-only standard library or site-packages), and the decoding of the
+        inputs (kept by the probe). Then the window opens
+        (:class:`autograder.sandbox.cgroups.MemoryMeter`, read from outside the sandbox)
         before any of the student's code has run in this kernel. Inside it: the student's
-        solution cells that ran in their kernel, the call, and the encoding of its output
-        to the bytes of the reply. The figure is the peak of everything the kernel was
-        charged for inside the window: a workspace allocated in advance, memory freed
-        inside the call to make room, threads, child processes, files in ``/tmp`` and
-        memory-mapped files, work deferred until the output is encoded. A host whose
-        cgroups cannot measure that fails the check with a :class:`judge.HostError`.
+        code cells that ran in their kernel (solution cells and cells they inserted, in
+        notebook order, each within the per-cell and the notebook's time limits, not the test's), the call (with
+        the test's ``timeout``), and the encoding of its output to the bytes of the reply.
+        The figure is the peak of everything the kernel was charged for inside the window:
+        a workspace allocated in advance, memory freed inside the call to make room,
+        threads, child processes, files in ``/tmp`` and memory-mapped files, work deferred
+        until the output is encoded. A host whose cgroups cannot measure that fails the
+        check with a :class:`judge.HostError`.
         """
-        deadline = monotonic() + timeout
         km, kc = self._fresh_kernel()
         transport = KernelTransport(kc, km, self.timeout)
-        meter, channel = MemoryMeter(km.cgroup), judge.Channel(transport, deadline)
+        meter = MemoryMeter(km.cgroup)
+        channel = judge.Channel(transport, monotonic() + timeout)
         try:
             # the cells that ran in the student's kernel (a cell that crashed it is not replayed)
             ran = [self.nb.cells[i] for i in self._done]
+            student = [c for c in ran if not is_setup_cell(c) and not is_test_cell(c)]
             for cell in (c for c in ran if is_setup_cell(c)):
-                transport.run_silently(cell.source, deadline - monotonic(), check=False)
+                transport.run_silently(cell.source, self._replay_time(), check=False)
+            modules = imported_modules(c.source for c in student)
+            if modules:
+                transport.run_silently(WARM_IMPORTS.format(names=modules), self._replay_time(),
+                                       check=False)
+            channel.deadline = monotonic() + timeout
             channel.request(op=Op.STAGE, args=list(args), kwargs=kwargs)
             meter.start()
-            for cell in (c for c in ran if is_solution(c)):
-                transport.run_silently(cell.source, deadline - monotonic(), check=False)
+            for cell in student:  # their own time (the notebook's), not the test's
+                transport.run_silently(cell.source, self._replay_time(), check=False)
+            channel.deadline = monotonic() + timeout
             channel.request(op=Op.CALL_STAGED, name=name)
             out = channel.request(op=Op.FETCH)["value"]
             peak = meter.peak()
@@ -305,6 +363,10 @@ class LimitedExecute(Execute):
             self._channel.flags.update(channel.flags)
             run_sync(km.shutdown_kernel)(now=True)
         return out, peak
+
+    def _replay_time(self):
+        """Seconds one replayed cell may take: the per-cell limit, within the notebook's."""
+        return max(0.0, min(self.timeout, self._deadline - monotonic()))
 
     def _launch(self):
         """A kernel manager whose kernel process has been launched (not yet waited for).

@@ -7,7 +7,8 @@ memory from the check, which measures from a baseline taken before any of the st
 code ran in the measuring kernel, up to the reply's bytes:
 
 * ballast freed inside the call: made by the solution cell, by a thread the cell
-  started, on an attribute's first access;
+  started, on an attribute's first access, by importing a module the cell wrote (the
+  measuring kernel imports only installed modules before the window);
 * work deferred until the reply is encoded: a probe that the solution cell patches to
   compute only when the output is fetched; an object that looks like a torch tensor to
   the probe and computes in ``numpy()`` or in a ``dtype`` property (encoded inside the
@@ -93,6 +94,16 @@ _POOL = _Pool()
 _POOL.room
 {SIGNATURE}
     _POOL.room.clear()
+    return _full(q, k, v, causal)
+''',
+    "ballast-import": NAIVE + f'''
+import sys
+with open("/tmp/_ballast.py", "w") as _f:
+    _f.write("import numpy as np\\nROOM = [np.ones((1024, 1024)) for _ in range(6)]\\n")
+sys.path.insert(0, "/tmp")
+import _ballast
+{SIGNATURE}
+    _ballast.ROOM.clear()
     return _full(q, k, v, causal)
 ''',
     "lazy-numpy": NAIVE + f'''

@@ -9,12 +9,18 @@ not, although their values are right (so they keep the value tests' points):
 * ``workspace``: allocates a T x S buffer when the cell runs and reuses it;
 * ``untraced``: stops ``tracemalloc`` (and patches it to report nothing) first.
 
+Only the call is charged, not how the notebook got there: the honest solution with ``import
+torch`` at the top of Part 1 (the import runs before the window), with its function's helper in
+a code cell the student inserted (replayed like a solution cell), and with a slow earlier cell
+(replayed in its own time, not the memory test's) keeps every point.
+
 On a host whose cgroups cannot measure a window (no memory controller, cgroup v2 before
 Linux 6.12) a memory test is the host's fault: no student is scored (no zeros recorded) and
 the run stops with one line that names the host. The families
 of evasions are in ``test_measurement_evasions.py``.
 """
 
+import nbformat
 import pytest
 
 from autograder.core.limits import Limits
@@ -56,6 +62,45 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
 }
 
 
+# The honest solution, each with something that is not the judged call: imported torch
+# (~125 MiB, 30 times the memory test's 4 MiB bound); a helper in an inserted cell (no
+# nbgrader metadata); a Part 1 cell whose replay in the measuring kernel of Part 2's memory
+# test takes SLOW s, and a call that takes SLOW s there too (each alone fits the test's 60 s,
+# together they do not: the replay had to use its own time)
+SLOW = 31
+SLOW_REPLAY = f"""
+_g = get_ipython().user_ns.get("__grader__")
+_MEASURING = _g is not None and len(_g._KEPT.get("staged", ((),))[0]) == 6  # Part 2's measured call
+if _MEASURING:
+    import time
+    time.sleep({SLOW})
+"""
+SLOW_CALL = f"""
+_flash_attention = flash_attention
+def flash_attention(*args, **kwargs):
+    if _MEASURING:
+        time.sleep({SLOW})
+    return _flash_attention(*args, **kwargs)
+"""
+
+
+def honest_variants(honest):
+    """name -> the honest notebook with one thing outside the judged call (see above)."""
+    source = {c.metadata.nbgrader.grade_id: c.source for c in honest.cells
+              if c.metadata.get("nbgrader", {}).get("grade_id")}
+    variants = {"torch-imported": replaced(honest, p1_solution="import torch\n" + source["p1_solution"]),
+                "slow-cell": replaced(honest, p1_solution=source["p1_solution"] + SLOW_REPLAY,
+                                      p2_solution=source["p2_solution"] + SLOW_CALL)}
+    helper = replaced(honest, p2_solution="def flash_attention(q, k, v, causal=False, block_q=64, "
+                      "block_k=64):\n    return _tiled(q, k, v, causal, block_q, block_k)\n")
+    at = next(i for i, c in enumerate(helper.cells) if c.metadata.get("nbgrader", {}).get("grade_id")
+              == "p2_solution")
+    helper.cells.insert(at, nbformat.v4.new_code_cell(
+        source["p2_solution"].replace("def flash_attention(", "def _tiled(")))
+    variants["inserted-helper"] = helper
+    return variants
+
+
 def no_window(self, group):
     """A host whose cgroups cannot open a measuring window."""
     raise OSError("no memory.peak that can be reset")
@@ -67,8 +112,8 @@ def graded(tmp_path_factory):
     if meter_unavailable():
         pytest.skip(f"memory cannot be measured here: {meter_unavailable()}")
     honest = solved(AID)
-    students = {"honest": honest, **{name: replaced(honest, p2_solution=code)
-                                     for name, code in CHEATS.items()}}
+    students = {"honest": honest, **honest_variants(honest),
+                **{name: replaced(honest, p2_solution=code) for name, code in CHEATS.items()}}
     _, cells = grade_class(tmp_path_factory.mktemp("memory"), AID, students, jobs=2,
                            limits=Limits(cell_timeout=60))
     return cells
@@ -79,6 +124,14 @@ def test_the_honest_tiled_function_earns_the_memory_point(graded):
     assert cells["honest"]["p2_hidden"].score == 3.0
     assert cells["honest"]["p2_hidden_memory"].score == 1.0
     assert cells["honest"]["p3_hidden_memory"].score == 1.0
+
+
+@pytest.mark.parametrize("student", ["torch-imported", "inserted-helper", "slow-cell"])
+def test_what_the_notebook_does_outside_the_call_is_not_charged_to_it(graded, student):
+    cells = graded
+    assert cells[student]["p2_hidden"].score == 3.0, cells[student]["p2_hidden"]
+    assert cells[student]["p2_hidden_memory"].score == 1.0, cells[student]["p2_hidden_memory"]
+    assert cells[student]["p3_hidden_memory"].score == 1.0, cells[student]["p3_hidden_memory"]
 
 
 @pytest.mark.parametrize("cheat", list(CHEATS))
