@@ -41,21 +41,41 @@ class Mistake:
     what: str
     fix: str
     produce: object = None
+    cause: str = ""   # the earlier function whose mistake this is, seen through a later one
 
 
+def cascade(mistakes, function, through):
+    """``function``'s known ``mistakes`` as a later function that calls it shows them:
+    ``through(produce)`` computes the later function's output from the earlier one's wrong
+    version. Same key (the report counts the cause once), a message that says to fix
+    ``function`` first."""
+    return tuple(Mistake(m.key, f"it calls {function}, and {function} has a known mistake: {m.what}",
+                         f"Fix {function} first (its own test says so): {m.fix}", through(m.produce),
+                         cause=function)
+                 for m in mistakes)
+
+
+KNOWN_MISTAKE = "This looks like a known mistake:"
 DIAGNOSIS = "[mistake: {}]"
 DIAGNOSIS_PATTERN = re.compile(r"\[mistake: ([a-z0-9][a-z0-9-]*)\]")
 
 
 def diagnosis(mistake):
     """The sentence that names ``mistake`` in a verdict, ending with its machine-readable key."""
-    return f"This looks like a known mistake: {mistake.what} {mistake.fix} {DIAGNOSIS.format(mistake.key)}"
+    return f"{KNOWN_MISTAKE} {mistake.what} {mistake.fix} {DIAGNOSIS.format(mistake.key)}"
 
 
 def diagnosis_key(message):
     """The key of the mistake a verdict's ``message`` names, or None."""
     found = DIAGNOSIS_PATTERN.search(str(message))
     return found.group(1) if found else None
+
+
+def diagnosis_sentence(message):
+    """The part of a verdict's ``message`` that names its known mistake (what, fix, key)."""
+    message = str(message)
+    start = message.rfind(KNOWN_MISTAKE)
+    return message[start:] if start >= 0 else message
 
 
 def suspects(mistakes, *inputs, **kwargs):

@@ -7,7 +7,7 @@ rtol 1e-7, atol 1e-9 (a few float64 sin/cos per entry); conceptual numbers rtol 
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (Mistake, assert_close, assert_number, call, call_keeping_args,
+from ._common import (Mistake, cascade, assert_close, assert_number, call, call_keeping_args,
                       expect_value_error, fail, hidden_test, hinted, rng, suspects, to_numpy)
 
 FREQ_TOL = dict(rtol=1e-9, atol=0.0)
@@ -66,6 +66,10 @@ MISTAKES = {
                 lambda d, base, scale: ref.rope_inv_freq(d, base) / scale),
     ),
 }
+# ntk_inv_freq calls rope_inv_freq (the notebook's Part 1) with the NTK base
+MISTAKES["ntk_inv_freq"] += cascade(
+    MISTAKES["rope_inv_freq"], "rope_inv_freq",
+    lambda produce: lambda d, base, scale: produce(d, base * scale ** (d / (d - 2))))
 
 
 @hidden_test

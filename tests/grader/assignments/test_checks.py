@@ -292,6 +292,9 @@ def known_mistakes():
     for module in (block, causal, families, flash, gqa, rope, serving):
         for function, mistakes in getattr(module, "MISTAKES", {}).items():
             for mistake in mistakes:
+                if mistake.cause:  # an earlier function's mistake, seen through this one
+                    assert mistake.key in found, mistake
+                    continue
                 assert mistake.key not in found, f"two known mistakes named {mistake.key}"
                 found[mistake.key] = (function, mistake)
     return found
@@ -312,6 +315,16 @@ def test_check_fails_a_typical_mistake(label, aid, check, name, edits, words):
         assert function == name
         message = str(failed.value)
         assert diagnosis_key(message) == label and mistake.fix in message, message
+
+
+def test_a_cascade_names_the_earlier_functions_mistake(solutions):
+    """ntk_inv_freq calls rope_inv_freq: with rope_inv_freq's mistake planted, ntk_inv_freq's
+    verdict names that mistake (the same key: the report counts it once) and says to fix it first."""
+    edits = next(m[4] for m in MUTANTS if m[0] == "rope-freq-off-by-one")
+    with pytest.raises(AssertionError) as failed:
+        rope.check_ntk_inv_freq(solved_namespace("01-rope", edits)["ntk_inv_freq"])
+    message = str(failed.value)
+    assert diagnosis_key(message) == "rope-freq-off-by-one" and "Fix rope_inv_freq first" in message
 
 
 def test_every_known_mistake_is_planted():
