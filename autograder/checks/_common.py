@@ -8,9 +8,12 @@ verdicts as ``AssertionError`` messages written for the student. The checks also
 accept plain Python functions, which is how the test suite exercises them.
 """
 
+import contextlib
 import functools
 import inspect
+import re
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +24,106 @@ class CheckFailure(AssertionError):
 
 def fail(message):
     raise CheckFailure(message)
+
+
+# -- known mistakes ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mistake:
+    """A typical wrong version of a function, recognised from what it returns.
+
+    ``key`` is the stable machine-readable name (the report groups by it, the test suite
+    plants it); ``what`` says what the code does, ``fix`` what to do instead (shown to the
+    student, never the expected value); ``produce(*inputs)`` computes, from the reference
+    library, what that mistake returns on the check's inputs.
+    """
+
+    key: str
+    what: str
+    fix: str
+    produce: object = None
+    cause: str = ""   # the earlier function whose mistake this is, seen through a later one
+
+
+def cascade(mistakes, function, through):
+    """``function``'s known ``mistakes`` as a later function that calls it shows them:
+    ``through(produce)`` computes the later function's output from the earlier one's wrong
+    version. Same key (the report counts the cause once), a message that says to fix
+    ``function`` first."""
+    return tuple(Mistake(m.key, f"it calls {function}, and {function} has a known mistake: {m.what}",
+                         f"Fix {function} first (its own test says so): {m.fix}", through(m.produce),
+                         cause=function)
+                 for m in mistakes)
+
+
+KNOWN_MISTAKE = "This looks like a known mistake:"
+DIAGNOSIS = "[mistake: {}]"
+DIAGNOSIS_PATTERN = re.compile(r"\[mistake: ([a-z0-9][a-z0-9-]*)\]")
+
+
+def diagnosis(mistake):
+    """The sentence that names ``mistake`` in a verdict, ending with its machine-readable key."""
+    return f"{KNOWN_MISTAKE} {mistake.what} {mistake.fix} {DIAGNOSIS.format(mistake.key)}"
+
+
+def diagnosis_key(message):
+    """The key of the mistake a verdict's ``message`` names, or None."""
+    found = DIAGNOSIS_PATTERN.search(str(message))
+    return found.group(1) if found else None
+
+
+def diagnosis_sentence(message):
+    """The part of a verdict's ``message`` that names its known mistake (what, fix, key)."""
+    message = str(message)
+    start = message.rfind(KNOWN_MISTAKE)
+    return message[start:] if start >= 0 else message
+
+
+def suspects(mistakes, *inputs, **kwargs):
+    """The known ``mistakes`` on these inputs, computed only when asked (a failing output):
+    a function returning ``[(mistake, what it returns)]`` of those that apply."""
+
+    def compute():
+        found = []
+        for mistake in mistakes:
+            try:
+                found.append((mistake, np.asarray(mistake.produce(*inputs, **kwargs), dtype=np.float64)))
+            except Exception:  # noqa: BLE001 - a mistake that does not apply to these inputs
+                continue
+        return found
+
+    return compute
+
+
+def _matches(actual, wrong, rtol, atol):
+    if actual.shape != wrong.shape:
+        return False
+    both_nan = np.isnan(actual) & np.isnan(wrong)
+    close = np.abs(actual - wrong) <= atol + rtol * np.abs(wrong)
+    return bool(np.all(close | both_nan | (actual == wrong)))
+
+
+def identify(actual, candidates, *, rtol, atol):
+    """The first known mistake of ``candidates`` (see :func:`suspects`) whose output ``actual``
+    equals within the check's tolerance (NaN where it has NaN), or None."""
+    if not isinstance(actual, np.ndarray) or not candidates:
+        return None
+    for mistake, wrong in candidates() if callable(candidates) else candidates:
+        if _matches(actual, wrong, rtol, atol):
+            return mistake
+    return None
+
+
+@contextlib.contextmanager
+def hinted(hint):
+    """Any verdict raised inside ends with ``hint`` (unless it already says it or names a known
+    mistake): a NaN, a wrong shape or type, an exception all get the check's advice."""
+    try:
+        yield
+    except CheckFailure as failure:
+        message = str(failure)
+        if not hint or hint in message or diagnosis_key(message):
+            raise
+        raise CheckFailure(f"{message} {hint}") from None
 
 
 def hidden_test(check):
@@ -134,11 +237,13 @@ def _copy(value):
     return value
 
 
-def to_numpy(out, what, *, kind="numpy"):
+def to_numpy(out, what, *, kind="numpy", mistakes=()):
     """The student's output as a float64 array; ``kind`` is the type it must have.
 
     Any NaN fails here, with a message that says so (no expected output has one;
-    an infinity where a finite value is expected fails in :func:`assert_close`).
+    an infinity where a finite value is expected fails in :func:`assert_close`); when it is
+    what a known mistake of ``mistakes`` (``[(mistake, its output)]``) returns, the message
+    names that mistake.
     """
     is_tensor = type(out).__module__ == "torch" and hasattr(out, "detach")
     if kind == "numpy" and not isinstance(out, (np.ndarray, np.generic, float, int)):
@@ -152,7 +257,9 @@ def to_numpy(out, what, *, kind="numpy"):
     except (TypeError, ValueError):
         fail(f"{what} must return numbers, got {type(out).__name__}.")
     if np.isnan(array).any():
-        fail(f"{what}: {int(np.isnan(array).sum())} of {array.size} values are NaN.")
+        known = identify(array, mistakes, rtol=1e-6, atol=1e-9)
+        fail(f"{what}: {int(np.isnan(array).sum())} of {array.size} values are NaN."
+             f"{' ' + diagnosis(known) if known else ''}")
     return array
 
 
@@ -165,23 +272,33 @@ def tolerance(out, *, f64, f32):
     return f64 if dtype is None or np.dtype(str(dtype).replace("torch.", "")) == np.float64 else f32
 
 
-def assert_close(actual, expected, what, *, rtol, atol, hint=""):
-    """Entries of ``actual`` within ``atol + rtol * |expected|`` of ``expected``, no NaN."""
+def assert_close(actual, expected, what, *, rtol, atol, hint="", mistakes=()):
+    """Entries of ``actual`` within ``atol + rtol * |expected|`` of ``expected``, no NaN.
+
+    A failing ``actual`` that equals (same tolerance) what a known mistake returns
+    (``mistakes``: ``[(mistake, its output)]``, see :func:`suspects`) fails naming that
+    mistake and its fix, in place of the general ``hint``.
+    """
     expected = np.asarray(expected, dtype=np.float64)
+
+    def advice():  # a known mistake's name and fix, else the hint: computed only on failure
+        known = identify(actual, mistakes, rtol=rtol, atol=atol)
+        text = diagnosis(known) if known is not None else hint
+        return f" {text}" if text else ""
+
     if actual.shape != expected.shape:
-        fail(f"{what}: expected an output of shape {expected.shape}, got {actual.shape}.")
+        fail(f"{what}: expected an output of shape {expected.shape}, got {actual.shape}.{advice()}")
     nan = ~np.isfinite(actual) & np.isfinite(expected)
     if nan.any():
         fail(f"{what}: {int(nan.sum())} of {actual.size} values are NaN or infinite "
-             f"(expected finite values).{' ' + hint if hint else ''}")
+             f"(expected finite values).{advice()}")
     error = np.abs(actual - expected)
     bad = ~(error <= atol + rtol * np.abs(expected))
     bad &= ~(actual == expected)  # equal infinities
     if bad.any():
         fail(f"{what}: {int(bad.sum())} of {actual.size} values are wrong "
              f"(largest error {float(np.nanmax(np.where(bad, error, 0.0))):.3g}; "
-             f"tolerance |error| <= {atol:g} + {rtol:g}*|expected|)."
-             f"{' ' + hint if hint else ''}")
+             f"tolerance |error| <= {atol:g} + {rtol:g}*|expected|).{advice()}")
 
 
 def assert_equal_mask(actual, expected, what, *, hint=""):
@@ -198,15 +315,20 @@ def assert_equal_mask(actual, expected, what, *, hint=""):
         fail(f"{what}: {int(wrong.sum())} of {actual.size} entries are wrong.{' ' + hint if hint else ''}")
 
 
-def assert_number(answer, expected, what, *, rtol=0.0, integer=False, hint=""):
+def assert_number(answer, expected, what, *, rtol=0.0, integer=False, hint="", wrong=()):
     """A conceptual answer: a number equal to ``expected`` (within ``rtol``); a wrong one
-    fails with the tolerance and ``hint`` (how to get there, never the value)."""
+    fails with the tolerance and ``hint`` (how to get there, never the value), or, when it
+    equals (within ``rtol``) a known wrong answer of ``wrong`` (``[(value, mistake)]``), with
+    that mistake named."""
     if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
         fail(f"{what} must be a number, got {type(answer).__name__}.")
     if integer and float(answer) != int(answer):
         fail(f"{what} must be a whole number, got {answer}.")
     if not abs(float(answer) - expected) <= rtol * abs(expected):
         within = f"checked to within {rtol:.3g} of the answer, relative" if rtol else "checked exactly"
+        for value, mistake in wrong:
+            if abs(float(answer) - value) <= max(rtol, 1e-12) * abs(value):
+                fail(f"{what} is not correct ({within}). {diagnosis(mistake)}")
         fail(f"{what} is not correct ({within}).{' ' + hint if hint else ''}")
 
 

@@ -6,11 +6,23 @@ Tolerances: masks exact; softmax and attention rtol 1e-7, atol 1e-9.
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_close, assert_equal_mask, assert_number, call,
+from ._common import (Mistake, suspects, assert_close, assert_equal_mask, assert_number, call,
                       hidden_test, rng, to_numpy)
 
 F64 = dict(rtol=1e-7, atol=1e-9)
 MASK_SIZES = [(1, 1), (4, 4), (3, 7), (1, 9), (2, 6), (5, 5)]
+
+
+# The typical wrong versions of each function (chapter 3's warnings): what each returns on the
+# check's inputs, so that a verdict can name the mistake. The test suite plants every one.
+MISTAKES = {
+    "causal_attention": (
+        Mistake("attention-no-scale", "the scores are not divided by sqrt(D).",
+                "Scale the scores by 1 / sqrt(D) (D = head_dim) before the softmax.",
+                lambda q, k, v: ref.scaled_dot_product_attention(
+                    q, k, v, ref.causal_mask(q.shape[-2], k.shape[-2]), scale=1.0)),
+    ),
+}
 
 
 @hidden_test
@@ -77,7 +89,7 @@ def check_causal_attention(causal_attention):
         what = f"causal_attention (T={T}, S={S})"
         out = to_numpy(call(causal_attention, q, k, v, what=what), what)
         expected = ref.scaled_dot_product_attention(q, k, v, ref.causal_mask(T, S))
-        assert_close(out, expected, what, **F64,
+        assert_close(out, expected, what, **F64, mistakes=suspects(MISTAKES["causal_attention"], q, k, v),
                      hint="Scores are q @ k^T / sqrt(D); query i sees key j iff j <= i + S - T.")
 
 

@@ -13,11 +13,65 @@ correct, so a function that computes nothing earns no memory points.
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_close, assert_number, call, fail, hidden_test, measure, rng,
-                      to_numpy, tolerance)
+from ._common import (Mistake, assert_close, assert_number, call, fail, hidden_test, hinted,
+                      measure, rng, suspects, to_numpy, tolerance)
 
 F64 = dict(rtol=1e-7, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-5)
+
+
+def _online_wrong(x, sizes, *, rescale=True, guard=True):
+    """The normaliser l of one pass over ``x``'s chunks, computed as a known mistake does:
+    ``rescale=False`` adds each chunk's sum without rescaling l when the max grows;
+    ``guard=False`` subtracts a max of -inf (an all -inf chunk gives NaN)."""
+    bounds = np.cumsum([0, *sizes])
+    m = l = None
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        chunk = x[..., a:b]
+        m_new = chunk.max(axis=-1) if m is None else np.maximum(m, chunk.max(axis=-1))
+        safe = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
+        chunk_sum = np.exp(chunk - safe[..., None]).sum(axis=-1)
+        l = chunk_sum if l is None else (l * np.exp(m - safe) if rescale else l) + chunk_sum
+        m = m_new
+    return l
+
+
+# The typical wrong versions of each function (chapter 6's warnings): what each returns on the
+# check's inputs, so that a verdict can name the mistake. The test suite plants every one.
+MISTAKES = {
+    "online_softmax": (
+        Mistake("online-no-rescale", "l adds each chunk's sum without rescaling when the max grows.",
+                "When the max grows from m to m_new, multiply l by exp(m - m_new) before adding the chunk.",
+                lambda x, sizes: _online_wrong(x, sizes, rescale=False)),
+        Mistake("online-nan-on-masked-chunk", "a chunk whose entries are all -inf gives exp(-inf - (-inf)) = NaN.",
+                "While the running max is still -inf, subtract 0 instead (the chunk then adds exp(-inf) = 0).",
+                lambda x, sizes: _online_wrong(x, sizes, guard=False)),
+    ),
+    "sliding_window_attention": (
+        Mistake("window-off-by-one", "each query sees window + 1 keys.",
+                "Query i sees keys i - window + 1 .. i: window keys, itself included.",
+                lambda q, k, v, window: ref.scaled_dot_product_attention(
+                    q, k, v, ref.sliding_window_mask(q.shape[-2], window + 1))),
+        Mistake("window-one-short", "each query sees window - 1 keys.",
+                "Query i sees keys i - window + 1 .. i: window keys, itself included.",
+                lambda q, k, v, window: ref.scaled_dot_product_attention(
+                    q, k, v, ref.sliding_window_mask(q.shape[-2], window - 1))),
+        Mistake("window-no-scale", "the scores are not divided by sqrt(D).",
+                "Scale the scores by 1 / sqrt(D) (D = head_dim) before the softmax.",
+                lambda q, k, v, window: ref.scaled_dot_product_attention(
+                    q, k, v, ref.sliding_window_mask(q.shape[-2], window), scale=1.0)),
+    ),
+    "flash_attention": (
+        Mistake("flash-no-scale", "the scores are not divided by sqrt(D).",
+                "Scale each tile's scores by 1 / sqrt(D) (D = head_dim) before the running max.",
+                lambda q, k, v, causal: ref.scaled_dot_product_attention(
+                    q, k, v, ref.causal_mask(q.shape[-2], k.shape[-2]) if causal else None, scale=1.0)),
+        Mistake("flash-top-left-tiles", "the causal mask is aligned top-left (query i sees keys 0 .. i) when T < S.",
+                "Align it bottom-right: query i sees key j iff j <= i + S - T, in every tile.",
+                lambda q, k, v, causal: ref.scaled_dot_product_attention(
+                    q, k, v, np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool)) if causal else None)),
+    ),
+}
 
 
 def _stats(x):
@@ -52,10 +106,12 @@ def check_online_softmax(online_softmax):
             fail(f"{what} must return a tuple (m, l).")
         m_exp, l_exp = _stats(x)
         tol = tolerance(result[1], f64=F64, f32=F32)
-        assert_close(to_numpy(result[0], what), m_exp, f"{what}, running max m", **tol)
-        assert_close(to_numpy(result[1], what), l_exp, f"{what}, normaliser l", **tol,
-                     hint="When the max grows from m to m_new, rescale l by exp(m - m_new); "
-                          "treat a chunk whose entries are all -inf without producing NaN.")
+        known = suspects(MISTAKES["online_softmax"], x, sizes)
+        with hinted("When the max grows from m to m_new, rescale l by exp(m - m_new); "
+                    "treat a chunk whose entries are all -inf without producing NaN."):
+            assert_close(to_numpy(result[0], what), m_exp, f"{what}, running max m", **tol)
+            assert_close(to_numpy(result[1], what, mistakes=known), l_exp, f"{what}, normaliser l",
+                         **tol, mistakes=known)
 
 
 def _flash_cases():
@@ -83,10 +139,15 @@ def check_flash_attention(flash_attention):
                    what=what)
         mask = ref.causal_mask(T, S) if causal else None
         expected = ref.scaled_dot_product_attention(q, k, v, mask)
-        assert_close(to_numpy(out, what), expected, what, **tolerance(out, f64=F64, f32=F32),
-                     hint="Keep a running max m, normaliser l and accumulator per query row, "
-                          "rescale them when m grows, divide by l once at the end, and use "
-                          "the bottom-right causal mask for each tile.")
+        with hinted(FLASH_HINT):
+            assert_close(to_numpy(out, what), expected, what, **tolerance(out, f64=F64, f32=F32),
+                         hint=FLASH_HINT,
+                         mistakes=suspects(MISTAKES["flash_attention"], q, k, v, causal))
+
+
+FLASH_HINT = ("Keep a running max m, normaliser l and accumulator per query row, "
+              "rescale them when m grows, divide by l once at the end, and use "
+              "the bottom-right causal mask for each tile.")
 
 
 def _reference_by_rows(q, k, v, mask, rows=256):
@@ -130,11 +191,12 @@ def check_sliding_window_attention(sliding_window_attention):
         q, k, v = g.standard_normal((3, *shape))
         T = shape[-2]
         what = f"sliding_window_attention (T={T}, window={window})"
-        out = call(sliding_window_attention, q, k, v, window=window, what=what)
-        expected = ref.scaled_dot_product_attention(q, k, v, ref.sliding_window_mask(T, window))
-        assert_close(to_numpy(out, what), expected, what, **tolerance(out, f64=F64, f32=F32),
-                     hint="Query i sees keys i - window + 1 .. i (clipped at 0): window keys, "
-                          "itself included.")
+        hint = "Query i sees keys i - window + 1 .. i (clipped at 0): window keys, itself included."
+        with hinted(hint):
+            out = call(sliding_window_attention, q, k, v, window=window, what=what)
+            expected = ref.scaled_dot_product_attention(q, k, v, ref.sliding_window_mask(T, window))
+            assert_close(to_numpy(out, what), expected, what, **tolerance(out, f64=F64, f32=F32),
+                         hint=hint, mistakes=suspects(MISTAKES["sliding_window_attention"], q, k, v, window))
 
 
 @hidden_test

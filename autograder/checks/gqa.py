@@ -8,7 +8,7 @@ S keys); byte counts exact.
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_close, assert_number, call, expect_value_error, fail,
+from ._common import (Mistake, suspects, assert_close, assert_number, call, expect_value_error, fail,
                       hidden_test, rng, to_numpy)
 
 F64 = dict(rtol=1e-7, atol=1e-9)
@@ -16,6 +16,16 @@ F32 = dict(rtol=1e-4, atol=1e-5)
 F32_GRAD = dict(rtol=1e-3, atol=1e-4)
 
 # The model of the conceptual questions (a Llama-2-70B-like decoder).
+# The typical wrong versions of each function (chapter 2's warnings): what each returns on the
+# check's inputs, so that a verdict can name the mistake. The test suite plants every one.
+MISTAKES = {
+    "grouped_query_attention": (
+        Mistake("gqa-no-scale", "the scores are not divided by sqrt(D).",
+                "Scale the scores by 1 / sqrt(D) (D = head_dim) before the softmax.",
+                lambda q, k, v, mask: ref.grouped_query_attention(q * np.sqrt(q.shape[-1]), k, v, mask)),
+    ),
+}
+
 MODEL = dict(n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128, seq_len=4096)
 
 
@@ -52,6 +62,7 @@ def check_grouped_query_attention(grouped_query_attention):
         what = f"grouped_query_attention ({label})"
         out = to_numpy(call(grouped_query_attention, q, k, v, mask, what=what), what)
         assert_close(out, ref.grouped_query_attention(q, k, v, mask), what, **F64,
+                     mistakes=suspects(MISTAKES["grouped_query_attention"], q, k, v, mask),
                      hint="Scale scores by 1/sqrt(D), mask with -inf before the softmax, and "
                           "let query head h read KV head h // (H_q // H_kv).")
     g = rng(203)

@@ -7,11 +7,69 @@ rtol 1e-7, atol 1e-9 (a few float64 sin/cos per entry); conceptual numbers rtol 
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_close, assert_number, call, call_keeping_args,
-                      expect_value_error, fail, hidden_test, rng, to_numpy)
+from ._common import (Mistake, cascade, assert_close, assert_number, call, call_keeping_args,
+                      expect_value_error, fail, hidden_test, hinted, rng, suspects, to_numpy)
 
 FREQ_TOL = dict(rtol=1e-9, atol=0.0)
 ROPE_TOL = dict(rtol=1e-7, atol=1e-9)
+
+
+def _rope_half_split(x, positions, inv_freq):
+    """Pairs read as (x[..., i], x[..., i + D/2]) (the half-split layout), written interleaved."""
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    out = np.empty(x.shape)
+    out[..., 0::2] = a * np.cos(angles) - b * np.sin(angles)
+    out[..., 1::2] = a * np.sin(angles) + b * np.cos(angles)
+    return out
+
+
+def _rope_sign_flipped(x, positions, inv_freq):
+    """The first of each pair as a cos + b sin (the second right): a sign slip in the rotation."""
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = ref.apply_rope(x, positions, inv_freq, interleaved=True)
+    out[..., 0::2] = a * np.cos(angles) + b * np.sin(angles)
+    return out
+
+
+def _pairs(head_dim):
+    return np.arange(head_dim // 2)
+
+
+# The typical wrong versions of each function (chapter 1's warnings): what each returns on the
+# check's inputs, so that a verdict can name the mistake. The test suite plants every one.
+MISTAKES = {
+    "rope_inv_freq": (
+        Mistake("rope-freq-off-by-one", "the pairs are counted from i = 1, so every frequency is one pair too slow.",
+                "Count the pairs i = 0 .. head_dim/2 - 1: pair 0 has frequency 1.",
+                lambda d, base: base ** (-2.0 * (_pairs(d) + 1) / d)),
+        Mistake("rope-freq-missing-two", "the exponent is -i/head_dim, so the frequencies fall half as fast.",
+                "The exponent is -2i/head_dim: i counts pairs, 2i the features they start at.",
+                lambda d, base: base ** (-1.0 * _pairs(d) / d)),
+    ),
+    "apply_rope": (
+        Mistake("rope-pair-layout", "it pairs feature i with feature i + head_dim/2 (the half-split layout).",
+                "Check the pair layout: this course's RoPE is interleaved, pair i is (x[..., 2i], x[..., 2i+1]).",
+                _rope_half_split),
+        Mistake("rope-wrong-sign", "the first feature of each pair is a cos + b sin: a sign is flipped.",
+                "A rotation by angle t maps (a, b) to (a cos t - b sin t, a sin t + b cos t).",
+                _rope_sign_flipped),
+    ),
+    "ntk_inv_freq": (
+        Mistake("ntk-linear-scale", "the base is multiplied by scale itself.",
+                "NTK-aware scaling raises scale to d / (d - 2): base * scale ** (d / (d - 2)).",
+                lambda d, base, scale: ref.rope_inv_freq(d, base * scale)),
+        Mistake("ntk-as-interpolation", "every frequency is divided by scale (that is position interpolation).",
+                "NTK-aware scaling changes the base, which keeps the fast pairs and slows the slow ones.",
+                lambda d, base, scale: ref.rope_inv_freq(d, base) / scale),
+    ),
+}
+# ntk_inv_freq calls rope_inv_freq (the notebook's Part 1) with the NTK base
+MISTAKES["ntk_inv_freq"] += cascade(
+    MISTAKES["rope_inv_freq"], "rope_inv_freq",
+    lambda produce: lambda d, base, scale: produce(d, base * scale ** (d / (d - 2))))
 
 
 @hidden_test
@@ -19,9 +77,11 @@ def check_rope_inv_freq(rope_inv_freq):
     """``rope_inv_freq(head_dim, base)`` equals base**(-2i/head_dim) for several sizes."""
     for head_dim, base in [(2, 10000.0), (8, 10000.0), (64, 10000.0), (128, 500000.0), (6, 7.5)]:
         what = f"rope_inv_freq(head_dim={head_dim}, base={base})"
-        out = to_numpy(call(rope_inv_freq, head_dim, base, what=what), what)
-        assert_close(out, ref.rope_inv_freq(head_dim, base), what, **FREQ_TOL,
-                     hint="Pair i uses base ** (-2 * i / head_dim) for i = 0 .. head_dim/2 - 1.")
+        hint = "Pair i uses base ** (-2 * i / head_dim) for i = 0 .. head_dim/2 - 1."
+        with hinted(hint):
+            out = to_numpy(call(rope_inv_freq, head_dim, base, what=what), what)
+            assert_close(out, ref.rope_inv_freq(head_dim, base), what, **FREQ_TOL, hint=hint,
+                         mistakes=suspects(MISTAKES["rope_inv_freq"], head_dim, base))
     expect_value_error(rope_inv_freq, 7, 10000.0, what="rope_inv_freq(7)", argument="head_dim")
 
 
@@ -40,11 +100,13 @@ def check_apply_rope(apply_rope):
         head_dim = x.shape[-1]
         inv_freq = ref.rope_inv_freq(head_dim, 10000.0)
         what = f"apply_rope ({label}, x of shape {x.shape})"
-        out = to_numpy(call(apply_rope, x, positions=positions, inv_freq=inv_freq, what=what), what)
-        expected = ref.apply_rope(x, positions, inv_freq, interleaved=True)
-        assert_close(out, expected, what, **ROPE_TOL,
-                     hint="Check the pair layout: pair i is (x[..., 2i], x[..., 2i+1]), "
-                          "rotated by position * inv_freq[i].")
+        hint = ("Check the pair layout: pair i is (x[..., 2i], x[..., 2i+1]), "
+                "rotated by position * inv_freq[i].")
+        with hinted(hint):
+            out = to_numpy(call(apply_rope, x, positions=positions, inv_freq=inv_freq, what=what), what)
+            expected = ref.apply_rope(x, positions, inv_freq, interleaved=True)
+            assert_close(out, expected, what, **ROPE_TOL, hint=hint,
+                         mistakes=suspects(MISTAKES["apply_rope"], x, positions, inv_freq))
     _check_input_unchanged(apply_rope)
 
 
@@ -94,16 +156,23 @@ def check_ntk_inv_freq(ntk_inv_freq):
     for head_dim, base, scale in [(8, 10000.0, 2.0), (64, 10000.0, 4.0), (128, 10000.0, 8.0),
                                   (128, 500000.0, 1.0), (4, 100.0, 16.0)]:
         what = f"ntk_inv_freq(head_dim={head_dim}, base={base}, scale={scale})"
-        out = to_numpy(call(ntk_inv_freq, head_dim, base, scale, what=what), what)
-        assert_close(out, ref.ntk_inv_freq(head_dim, base, scale), what, **FREQ_TOL,
-                     hint="NTK-aware scaling changes the base to base * scale ** (d / (d - 2)).")
+        hint = "NTK-aware scaling changes the base to base * scale ** (d / (d - 2))."
+        with hinted(hint):
+            out = to_numpy(call(ntk_inv_freq, head_dim, base, scale, what=what), what)
+            assert_close(out, ref.ntk_inv_freq(head_dim, base, scale), what, **FREQ_TOL, hint=hint,
+                         mistakes=suspects(MISTAKES["ntk_inv_freq"], head_dim, base, scale))
 
 
 @hidden_test
 def check_answer_slowest_wavelength(answer):
     """Positions per full turn of the slowest pair, head_dim 128, base 10000."""
-    expected = 2 * np.pi / ref.rope_inv_freq(128, 10000.0)[-1]
-    assert_number(answer, expected, "ANSWER_SLOWEST_WAVELENGTH", rtol=1e-3,
+    slowest = ref.rope_inv_freq(128, 10000.0)[-1]
+    expected = 2 * np.pi / slowest
+    assert_number(answer, expected, "ANSWER_SLOWEST_WAVELENGTH", rtol=1e-3, wrong=[
+        (1 / slowest, Mistake("wavelength-no-2pi", "the answer is 1 / inv_freq, which leaves out the 2 pi.",
+                              "A full turn is 2 pi radians: divide 2 pi by the frequency.")),
+        (360 / slowest, Mistake("wavelength-in-degrees", "the answer counts a turn as 360 (degrees).",
+                                "inv_freq is in radians per position: a full turn is 2 pi radians."))],
                   hint="The slowest pair is the last one, i = 63 of 64 (head_dim 128, base 10000): its wavelength is 2 * pi / inv_freq[63] positions.")
 
 

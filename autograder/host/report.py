@@ -173,9 +173,12 @@ def messages_section(stats, out, figures, who, root, anonymize):
         shown.append([esc(row[0]), esc(row[1]), f"<code>{esc(row[2])}</code>", row[3], examples])
     return Section(
         "What went wrong", "messages",
-        f"The most common failure messages of each test cell (up to {TOP_MESSAGES} here, all in "
-        "the CSV), grouped after normalising: numbers become #, memory addresses 0x#, quoted "
-        "paths '/…', so the same mistake with other values counts once."
+        "The mistakes the checks recognised (each student once, whichever test cells it "
+        "failed), then the most common other failure messages of each test cell (up to "
+        f"{TOP_MESSAGES} here, all in the CSV), grouped after normalising: numbers become #, "
+        "memory addresses 0x#, quoted paths '/…' (array literals and shapes are kept, they show "
+        "a layout), so the same mistake with other values counts once. A notebook that gave no "
+        "message at all is one row."
         + (" Student ids are pseudonyms; links to feedback pages are left out." if anonymize
            else " Examples link to the students' feedback pages."),
         "", [Table("Failure messages, most common first", header, shown)], [name])

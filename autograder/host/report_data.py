@@ -43,6 +43,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..checks._common import diagnosis_key, diagnosis_sentence
 from ..core.cells import grade_id, is_test_cell, is_written_answer
 from ..core.gradebook import open_gradebook
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE
@@ -109,7 +110,11 @@ _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?![\w])")
 _QUOTED_PATH = re.compile(r"(['\"])/[^'\"]*\1")
 _SPACES = re.compile(r"\s+")
+# kept as written: an array literal ("[[0. 0. 1. 1.]]" shows a layout) and a shape ("shape (3, 4)")
+_KEPT = re.compile(r"\[[\[\]\s\d.eE+\-,TrueFalsnaif]*\]|(?<=shape )\([\d,\s]*\)")
 MESSAGE_CHARS = 400
+WHOLE_NOTEBOOK = "(whole notebook)"
+NO_MESSAGES = "(the notebook could not be read, or none of its test cells ran)"
 
 
 def normalize_message(message):
@@ -118,11 +123,16 @@ def normalize_message(message):
     Numbers (integers, decimals, scientific notation, signs) become ``#``, memory
     addresses ``0x#``, quoted absolute paths ``'/…'``; runs of white space one space; the
     result is cut to :data:`MESSAGE_CHARS` characters. ``"max error 3.1e-02 at (0, 2, 5)"``
-    and ``"max error 4e-1 at (1, 0, 7)"`` both become ``"max error # at (#, #, #)"``.
+    and ``"max error 4e-1 at (1, 0, 7)"`` both become ``"max error # at (#, #, #)"``. What
+    shows a layout is kept: array literals (``[[0. 0. 1. 1.]]``) and the tuple after
+    ``shape``.
     """
     text = _HEX.sub("0x#", str(message))
     text = _QUOTED_PATH.sub(r"\1/…\1", text)
-    text = _NUMBER.sub("#", text)
+    text = text.replace("\ue000", "")
+    kept = _KEPT.findall(text)
+    text = _NUMBER.sub("#", _KEPT.sub("\ue000", text))  # a private-use character holds each place
+    text = re.sub("\ue000", lambda _: kept.pop(0), text)
     text = _SPACES.sub(" ", text).strip()
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 1] + "…"
 
@@ -150,12 +160,26 @@ def failure_messages(notebook_path):
 
 @dataclass
 class MessageGroup:
-    """One normalised failure message of one test cell: how many, and who (for examples)."""
+    """One mistake: a known mistake the checks diagnosed (``mistake`` is its key; every test
+    cell that named it, each student counted once), else one normalised failure message of
+    one test cell. ``count`` is the number of students."""
 
     cell: str
     message: str
     count: int = 0
     examples: list[str] = field(default_factory=list)   # students, the first EXAMPLES met
+    mistake: str = ""
+    students: set = field(default_factory=set, repr=False)
+
+    def add(self, student, cell):
+        if cell not in self.cell.split(", "):
+            self.cell = ", ".join(sorted({*filter(None, self.cell.split(", ")), cell}))
+        if student in self.students:
+            return
+        self.students.add(student)
+        self.count += 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(student)
 
 
 # -- co-failure -----------------------------------------------------------------------------
@@ -538,19 +562,30 @@ def assignment_stats(root, db_url, assignment):
 
 
 def collect_messages(root, sub, assignment, groups):
-    """Add the failure messages of ``sub``'s autograded notebooks to ``groups``."""
+    """Add the failures of ``sub``'s autograded notebooks to ``groups``: a diagnosed mistake
+    (the checks' ``[mistake: key]``) once per student whatever cells it failed, any other
+    message by test cell and normalised text, and a notebook that gave no message at all
+    (unreadable, or no test cell ran) as one row, not one per cell."""
     notebooks = {nb for nb, _ in sub.failed_tests}
     for notebook in sorted(notebooks):
         path = Path(root) / AUTOGRADED / sub.student / assignment / f"{notebook}.ipynb"
         found = failure_messages(path)
+        if not found:
+            group = groups.setdefault(("", NO_MESSAGES), MessageGroup(WHOLE_NOTEBOOK, NO_MESSAGES))
+            group.add(sub.student, WHOLE_NOTEBOOK)
+            continue
         for nb, cell in sorted(sub.failed_tests):
             if nb != notebook:
                 continue
-            message = normalize_message(found.get(cell, "(no message: the cell did not run)"))
-            group = groups.setdefault((cell, message), MessageGroup(cell, message))
-            group.count += 1
-            if len(group.examples) < EXAMPLES:
-                group.examples.append(sub.student)
+            raw = found.get(cell, "(no message: the cell did not run)")
+            key = diagnosis_key(raw)
+            if key:
+                group = groups.setdefault(("mistake", key), MessageGroup(
+                    cell, normalize_message(diagnosis_sentence(raw)), mistake=key))
+            else:
+                message = normalize_message(raw)
+                group = groups.setdefault((cell, message), MessageGroup(cell, message))
+            group.add(sub.student, cell)
 
 
 # -- the term -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from notebooks import ASSIGNMENTS, hidden_checks, meta, read, solved_namespace, 
 
 
 from autograder.checks import block, causal, families, flash, gqa, rope, serving  # noqa: E402
+from autograder.checks._common import diagnosis_key  # noqa: E402
 from autograder.core.assignments import REGISTRY  # noqa: E402
 
 
@@ -150,10 +151,15 @@ MUTANTS = [
      [("out[..., 0::2] = a * cos - b * sin", "out[..., 0::2] = a * cos + b * sin")], "values are wrong"),
     ("rope-freq-off-by-one", "01-rope", rope.check_rope_inv_freq, "rope_inv_freq",
      [("i = np.arange(head_dim // 2)", "i = np.arange(1, head_dim // 2 + 1)")], "values are wrong"),
+    ("rope-freq-missing-two", "01-rope", rope.check_rope_inv_freq, "rope_inv_freq",
+     [("return base ** (-2.0 * i / head_dim)", "return base ** (-1.0 * i / head_dim)")], "values are wrong"),
     ("rope-no-value-error", "01-rope", rope.check_rope_inv_freq, "rope_inv_freq",
      [("raise ValueError(f\"head_dim must be even for RoPE, got {head_dim}\")", "pass")], "ValueError"),
     ("ntk-linear-scale", "01-rope", rope.check_ntk_inv_freq, "ntk_inv_freq",
      [("base * scale ** (head_dim / (head_dim - 2))", "base * scale")], "values are wrong"),
+    ("ntk-as-interpolation", "01-rope", rope.check_ntk_inv_freq, "ntk_inv_freq",
+     [("return rope_inv_freq(head_dim, base * scale ** (head_dim / (head_dim - 2)))",
+       "return rope_inv_freq(head_dim, base) / scale")], "values are wrong"),
     ("llama3-blend-reversed", "01-rope", rope.check_llama3_inv_freq, "llama3_inv_freq",
      [("blended = (1 - g) * theta / scale + g * theta", "blended = g * theta / scale + (1 - g) * theta")],
      "values are wrong"),
@@ -230,6 +236,13 @@ MUTANTS = [
      "values are wrong"),
     ("window-off-by-one", "06-flash-attention", flash.check_sliding_window_attention, "sliding_window_attention",
      [("(offset > -window)", "(offset >= -window)")], "values are wrong"),
+    ("window-one-short", "06-flash-attention", flash.check_sliding_window_attention, "sliding_window_attention",
+     [("(offset > -window)", "(offset > 1 - window)")], "values are wrong"),
+    ("window-no-scale", "06-flash-attention", flash.check_sliding_window_attention, "sliding_window_attention",
+     [("np.swapaxes(k[..., j0:i1, :], -1, -2) * scale", "np.swapaxes(k[..., j0:i1, :], -1, -2)")],
+     "values are wrong"),
+    ("flash-no-scale", "06-flash-attention", flash.check_flash_attention, "flash_attention",
+     [("q_tile = q[..., i0:i1, :] * scale", "q_tile = q[..., i0:i1, :]")], "values are wrong"),
     ("lse-no-max", "08-serving", serving.check_attention_with_lse, "attention_with_lse",
      [("m = np.where(np.isfinite(m), m, 0.0)\n    p = np.exp(scores - m)", "m = 0.0 * m\n    p = np.exp(scores)")],
      "NaN"),
@@ -273,11 +286,77 @@ def _naive_window(q, k, v, window):
     return (w / w.sum(axis=-1, keepdims=True)) @ v
 
 
+def known_mistakes():
+    """``{key: (function, Mistake)}`` of every checks module's table of known mistakes."""
+    found = {}
+    for module in (block, causal, families, flash, gqa, rope, serving):
+        for function, mistakes in getattr(module, "MISTAKES", {}).items():
+            for mistake in mistakes:
+                if mistake.cause:  # an earlier function's mistake, seen through this one
+                    assert mistake.key in found, mistake
+                    continue
+                assert mistake.key not in found, f"two known mistakes named {mistake.key}"
+                found[mistake.key] = (function, mistake)
+    return found
+
+
+KNOWN = known_mistakes()
+
+
 @pytest.mark.parametrize("label, aid, check, name, edits, words", MUTANTS, ids=[m[0] for m in MUTANTS])
 def test_check_fails_a_typical_mistake(label, aid, check, name, edits, words):
+    """Every mutant fails with its words; a mutant of a known mistake (the checks' MISTAKES
+    tables, keyed by the mutant's label) is named, with its fix, in the verdict."""
     wrong = solved_namespace(aid, edits)[name]
-    with pytest.raises(AssertionError, match=words):
+    with pytest.raises(AssertionError, match=words) as failed:
         check(wrong)
+    if label in KNOWN:
+        function, mistake = KNOWN[label]
+        assert function == name
+        message = str(failed.value)
+        assert diagnosis_key(message) == label and mistake.fix in message, message
+
+
+def test_a_cascade_names_the_earlier_functions_mistake(solutions):
+    """ntk_inv_freq calls rope_inv_freq: with rope_inv_freq's mistake planted, ntk_inv_freq's
+    verdict names that mistake (the same key: the report counts it once) and says to fix it first."""
+    edits = next(m[4] for m in MUTANTS if m[0] == "rope-freq-off-by-one")
+    with pytest.raises(AssertionError) as failed:
+        rope.check_ntk_inv_freq(solved_namespace("01-rope", edits)["ntk_inv_freq"])
+    message = str(failed.value)
+    assert diagnosis_key(message) == "rope-freq-off-by-one" and "Fix rope_inv_freq first" in message
+
+
+def test_every_known_mistake_is_planted():
+    """The checks' tables of known mistakes and the planted mutants are one list: every entry
+    of a table has its mutant here (so it is tested, and the class of the parity test has it)."""
+    assert set(KNOWN) <= {m[0] for m in MUTANTS}, set(KNOWN) - {m[0] for m in MUTANTS}
+
+
+def test_wrong_answers_of_a_known_kind_are_named():
+    turn = 2 * np.pi / transformer_ref.numpy.rope_inv_freq(128, 10000.0)[-1]
+    for answer, key in [(turn / (2 * np.pi), "wavelength-no-2pi"), (turn * 360 / (2 * np.pi), "wavelength-in-degrees")]:
+        with pytest.raises(AssertionError) as failed:
+            rope.check_answer_slowest_wavelength(answer)
+        assert diagnosis_key(str(failed.value)) == key and f"{answer:.0f}" not in str(failed.value)
+    with pytest.raises(AssertionError) as failed:
+        rope.check_answer_slowest_wavelength(turn * 1.5)
+    assert diagnosis_key(str(failed.value)) is None
+
+
+def test_every_failure_carries_the_hint():
+    """A NaN, a wrong shape or an exception get the check's advice too, not only wrong values."""
+    hint = "treat a chunk whose entries are all -inf without producing NaN"
+    outputs = [lambda chunks: (np.zeros(3), np.full(3, np.nan)), lambda chunks: (np.zeros(3), np.zeros(7))]
+    for fn in outputs:
+        with pytest.raises(AssertionError, match=hint):
+            flash.check_online_softmax(fn)
+
+    def apply_rope(x, positions, inv_freq):
+        raise IndexError("index 8 is out of bounds")
+
+    with pytest.raises(AssertionError, match="IndexError.*Check the pair layout"):
+        rope.check_apply_rope(apply_rope)
 
 
 @pytest.mark.parametrize("check, fn, words", [

@@ -22,8 +22,9 @@ import sys
 import nbformat
 import pytest
 from notebooks import ASSIGNMENTS, ROOT, read, source_path
-from test_checks import MUTANTS
+from test_checks import KNOWN, MUTANTS
 
+from autograder.checks._common import diagnosis_key
 from autograder.core.cells import grade_id, is_solution, is_test_cell, visible_source
 from autograder.host.release import generate, is_self_check_cell, selfcheck_bank, solution_source
 from autograder.sandbox.launcher import unavailable_reason
@@ -90,7 +91,7 @@ def graded(request, tmp_path_factory):
                            "--jobs", "2", "--no-progress"], cwd=root, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return aid, source, klass, grader_verdicts(root, aid, klass)
+    return aid, source, klass, grader_verdicts(root, aid, klass), root
 
 
 def grader_verdicts(root, aid, klass):
@@ -142,7 +143,7 @@ def self_check_verdicts(aid, source, nb):
 
 
 def test_self_check_gives_the_graders_verdict_on_every_test_cell(graded, capsys):
-    aid, source, klass, grader = graded
+    aid, source, klass, grader, _ = graded
     differ = []
     for student, nb in klass.items():
         mine = self_check_verdicts(aid, source, nb)
@@ -158,6 +159,25 @@ def test_self_check_gives_the_graders_verdict_on_every_test_cell(graded, capsys)
             assert any(not v[0] for v in grader[student].values()), student
     assert sum(full.values()) > 0
     json.dumps(grader)  # verdicts are plain data
+
+
+def test_every_known_mistake_is_named_and_counted_once(graded):
+    """The graded class (every mutant a student): each mutant of a known mistake finds it named,
+    with its fix, in a failed cell's feedback, and the report's *What went wrong* has one row
+    per known mistake, counting its one student once, whatever cells it failed."""
+    from autograder.host import report_data
+
+    aid, _, klass, grader, root = graded
+    planted = {label for label in klass if label in KNOWN}
+    for label in planted:
+        named = {diagnosis_key(v[3]) for v in grader[label].values() if not v[0]}
+        assert label in named, (label, grader[label])
+        assert KNOWN[label][1].fix in " ".join(v[3] or "" for v in grader[label].values())
+    for student in ("honest", "untouched"):  # nothing is diagnosed where no mistake was planted
+        assert not {diagnosis_key(v[3]) for v in grader[student].values()} - {None}, student
+    stats = report_data.assignment_stats(root, f"sqlite:///{root / 'gradebook.db'}", aid)
+    rows = {g.mistake: (g.count, g.examples) for g in stats.messages if g.mistake}
+    assert rows == {label: (1, [label]) for label in planted}, rows
 
 
 def test_every_mutant_is_in_a_parity_class():

@@ -42,8 +42,56 @@ def test_messages_with_other_numbers_and_ids_are_one_message():
     a = data.normalize_message("max error 3.1e-02 at (0, 2, 5)")
     assert a == data.normalize_message("max error 4E+1 at (1, 0, 7)") == "max error # at (#, #, #)"
     assert data.normalize_message("<obj at 0x7f3a>  in '/tmp/x/y.py'") == "<obj at 0x#> in '/…'"
-    assert data.normalize_message("layer2 of shape (3,4)") == "layer2 of shape (#,#)"  # names keep digits
+    assert data.normalize_message("layer2 of shape (3,4) at 5") == "layer2 of shape (3,4) at #"  # names keep digits
+    # what shows a layout is kept: an array literal, a shape
+    assert data.normalize_message("AssertionError: [[0. 0. 1. 1.]] x2") == "AssertionError: [[0. 0. 1. 1.]] x2"
+    assert data.normalize_message("[1, 2] \ue000 7") == "[1, 2] #"  # the placeholder cannot be forged
     assert data.normalize_message("x" * 1000).endswith("…") and len(data.normalize_message("x" * 1000)) == 400
+
+
+def autograded(root, student, aid, errors):
+    """An autograded notebook of ``student`` whose test cells ``errors`` ({grade id: message})
+    failed; ``errors=None`` writes a file that is not a notebook."""
+    path = root / "autograded" / student / aid / f"{aid}.ipynb"
+    path.parent.mkdir(parents=True)
+    if errors is None:
+        path.write_text("{not json")
+        return
+    nb = nbformat.v4.new_notebook()
+    for cell, message in errors.items():
+        code = nbformat.v4.new_code_cell("check(f)", metadata={"nbgrader": {
+            "grade": True, "solution": False, "grade_id": cell, "points": 1, "locked": True}})
+        code.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=message, traceback=[])]
+        nb.cells.append(code)
+    nbformat.write(nb, path)
+
+
+def test_what_went_wrong_counts_mistakes_not_messages(tmp_path):
+    """A diagnosed mistake is one row whatever cells and values it failed, each student once;
+    an unreadable notebook one row; other messages by cell and normalised text."""
+    from autograder.checks._common import Mistake, diagnosis
+
+    scale = Mistake("gqa-no-scale", "the scores are not divided by sqrt(D).", "Scale them.")
+    named = lambda case: f"attention ({case}): 3 of 9 values are wrong. {diagnosis(scale)}"  # noqa: E731
+    classes = {"ann": {"p1": named("case 1"), "p2": named("case 7")},   # one mistake, two cells
+               "ben": {"p1": named("case 2")},
+               "cat": {"p1": "f: [[0. 0. 1. 1.]] wrong", "p2": "f: 3 of 10 values are wrong"},
+               "dan": {"p1": "f: [[1. 1. 0. 0.]] wrong", "p2": "f: 4 of 10 values are wrong"},
+               "eve": None}                                           # unreadable
+    groups = {}
+    for student, errors in classes.items():
+        autograded(tmp_path, student, "a", errors)
+        failed = {("a", c) for c in (errors or {"p1": 0, "p2": 0, "p3": 0})}
+        sub = data.Submission(student, None, None, 0.0, 0.0, 0.0, False, frozenset(failed))
+        data.collect_messages(tmp_path, sub, "a", groups)
+    rows = sorted((g.mistake, g.cell, g.message, g.count, tuple(g.examples)) for g in groups.values())
+    assert rows == sorted([
+        ("gqa-no-scale", "p1, p2", "This looks like a known mistake: the scores are not divided by "
+         "sqrt(D). Scale them. [mistake: gqa-no-scale]", 2, ("ann", "ben")),
+        ("", data.WHOLE_NOTEBOOK, data.NO_MESSAGES, 1, ("eve",)),
+        ("", "p1", "AssertionError: f: [[0. 0. 1. 1.]] wrong", 1, ("cat",)),   # the layout is kept
+        ("", "p1", "AssertionError: f: [[1. 1. 0. 0.]] wrong", 1, ("dan",)),
+        ("", "p2", "AssertionError: f: # of # values are wrong", 2, ("cat", "dan"))])
 
 
 def test_similarity_pairs_come_from_grades_csv_once_each():
