@@ -487,7 +487,7 @@ def run_class(job, run):
     """Phase 2: the scheduling loop on local workers or the cluster, each result recorded as
     it arrives; ``(results, why the run stopped early or None)``."""
     results, stopped = [], None
-    bar = summary.Progress(len(run.todo), enabled=job.progress)
+    bar = summary.Progress(len(run.todo), enabled=job.progress, workers=job.jobs)
 
     def on_result(result):
         signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all

@@ -6,8 +6,10 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
+from datetime import timedelta
 from time import monotonic
 
+from ..core.policy import duration_text
 from ..core.results import LimitKind, Status
 from ..core.untrusted import csv_safe, csv_text, printable
 
@@ -18,14 +20,33 @@ SIMILAR_FLAG = "similar-to-classmate"
 
 
 class Progress:
-    """A one-line progress bar on stderr (a line per 10 % when not a terminal)."""
+    """A one-line progress bar on stderr (a line per 10 % when not a terminal), which says
+    first what it counts and, once a submission is done, about how long is left.
 
-    def __init__(self, total, enabled=True, width=30):
+    Hand-written rather than tqdm or rich: every label is a student id that goes through
+    :func:`~autograder.core.untrusted.printable` first, and a log (not a terminal) gets whole
+    lines, one per 10 %, where tqdm writes carriage-return frames. The time left is the mean
+    time per submission so far times those left; since the longest-expected are graded
+    first, it errs long.
+    """
+
+    def __init__(self, total, enabled=True, width=30, what="submission(s)", workers=None):
         self.total, self.done, self.width = total, 0, width
         self.enabled = enabled and total > 0
         self.tty = sys.stderr.isatty()
         self.start = monotonic()
         self.last_decile = -1
+        if self.enabled:
+            on = f" on {workers} worker(s)" if workers else ""
+            sys.stderr.write(f"grading {total} {what}{on}\n")
+            sys.stderr.flush()
+
+    def eta(self):
+        """``about 2m left`` once a submission is done and others are left, else ``""``."""
+        if not self.done or self.done >= self.total:
+            return ""
+        left = (monotonic() - self.start) / self.done * (self.total - self.done)
+        return f"about {duration_text(timedelta(seconds=round(left)))} left"
 
     def update(self, label=""):
         self.done += 1
@@ -34,7 +55,7 @@ class Progress:
         elapsed = monotonic() - self.start
         filled = self.width * self.done // self.total
         line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
-                f"{elapsed:5.0f} s  {printable(label)}")
+                f"{elapsed:5.0f} s  {self.eta()}  {printable(label)}")
         if self.tty:
             sys.stderr.write("\r" + line[:100].ljust(100))
         elif 10 * self.done // self.total != self.last_decile:
