@@ -202,6 +202,13 @@ def roll_call(p, policy, skipped, standings, roster):
             p(f"  {printable(student)}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
 
 
+def unusual_choice(result, assignment):
+    """Whether graded ``result``'s notebook was not simply ``<assignment>.ipynb`` handed in
+    alone (intake's message says more: another name, the newest of several, re-seated code,
+    other files handed in)."""
+    return result.status == Status.OK and result.message != f"graded '{assignment}.ipynb'"
+
+
 def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
            standings=None, roster=None):
     """Print the class summary; scores are the gradebook's ``standings`` (after the penalty)."""
@@ -224,6 +231,11 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
 
     p(f"What the class got wrong, with plots: python -m autograder report {assignment}"
       f" (writes {report_page_path(settings.root, assignment)})")
+    waiting = {r.student: len(r.manual_cells()) for r in results if r.manual_cells()}
+    if waiting:
+        p(f"Written answers to grade by hand: {sum(waiting.values())} of {len(waiting)} student(s). "
+          f"Open the formgrader (JupyterLab started at {printable(settings.root)}), then run: "
+          f"python -m autograder feedback {assignment}")
     failures = Counter(t for r in results for t in failed_tests(r, tests))
     judged = sum(r.status != Status.ERROR for r in results)  # an error was not graded at all
     if tests:
@@ -242,7 +254,7 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
         ("Suspicious code", lambda r: ", ".join(r.flags)),
         ("Resembles the reference (check by hand)", lambda r: "; ".join(r.resemblances)),
         ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.similar)),
-        ("Which notebook was graded", lambda r: r.message if r.status == Status.OK else ""),
+        ("Unusual notebook choices (check by hand)", lambda r: r.message if unusual_choice(r, assignment) else ""),
         ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in (Status.MISSING, Status.UNREADABLE) else ""),
         ("Errors (not graded: the earlier grade, if any, is kept; worker logs in logs/)", lambda r: r.error or "" if r.status == Status.ERROR else ""),
     ]

@@ -190,6 +190,24 @@ def test_a_failed_test_cell_says_its_message_once(term):
     assert any(c.metadata["nbgrader"]["grade_id"] == "p2_visible" for c in failed)
 
 
+def test_the_summary_lists_only_what_needs_a_look(term):
+    """Only the unusual notebook choices (another name, several notebooks, re-seated code),
+    and one line on the written answers waiting, with what to run."""
+    lines = term["out"].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Unusual notebook choices"))
+    listed = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        listed.append(line.strip().split(":")[0])
+    assert sorted(listed) == ["duplicated", "misnamed", "stripped"], lines[start:]
+    assert "Which notebook was graded" not in term["out"]
+    waiting = sum(row["needs_manual"] == "1" for row in term["rows"].values())
+    assert waiting, term["rows"]
+    line = next(line for line in lines if line.startswith("Written answers to grade by hand:"))
+    assert f"of {waiting} student(s)" in line and f"python -m autograder feedback {AID}" in line, line
+
+
 def test_the_roster_names_the_missing(term):
     from nbgrader.api import Gradebook
 
