@@ -21,6 +21,10 @@ RELEASE = "release"
 SUBMITTED = "submitted"
 AUTOGRADED = "autograded"
 FEEDBACK = "feedback"
+# the driver's stamp beside each autograded submission (digest, run id, seconds): the grader's
+# own bookkeeping, never copied on by nbgrader (so never into feedback/, which
+# ``nbgrader release_feedback`` hands to the student)
+STAMP = ".autograder.json"
 
 
 def default_db_url(root):
@@ -30,6 +34,8 @@ def default_db_url(root):
 
 def course_config(root, db_url=None, assignment=None, student=None):
     """A traitlets ``Config`` for nbgrader's converters, rooted at ``root``."""
+    from nbgrader.coursedir import CourseDirectory
+
     c = Config()
     c.CourseDirectory.root = str(Path(root).resolve())
     c.CourseDirectory.source_directory = SOURCE
@@ -42,6 +48,7 @@ def course_config(root, db_url=None, assignment=None, student=None):
         c.CourseDirectory.assignment_id = assignment
     if student:
         c.CourseDirectory.student_id = student
+    c.CourseDirectory.ignore = [*CourseDirectory.ignore.default(), STAMP]
     # feedback shows the student's code and test results, never the hidden tests
     c.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades",

@@ -189,6 +189,33 @@ class Lateness:
     penalty: float
 
 
+def policy_words(policy: LatePolicy) -> str:
+    """``policy`` as a student reads it: ``10% of the score per started day late, at most
+    50%, after a grace of 1h``; ``late work scores 0``; ``no penalty``."""
+    if policy.kind == "none":
+        words = "no penalty"
+    elif policy.kind == "zero":
+        words = "late work scores 0"
+    else:
+        rate = (f"{number_text(policy.per_unit)}% of the score" if policy.relative
+                else f"{number_text(policy.per_unit)} points")
+        words = f"{rate} per started {policy.unit} late"
+        if policy.cap is not None:
+            words += f", at most {number_text(policy.cap)}{'%' if policy.relative else ' points'}"
+    if policy.grace:
+        words += f", after a grace of {duration_text(policy.grace)}"
+    return words
+
+
+def late_note(policy: LatePolicy, late_by: timedelta, taken: float) -> str:
+    """The feedback page's words on a late submission: how late, under which policy (in
+    :func:`policy_words`), and what it took (``taken`` points, as stored by
+    :func:`apply_late_policy`): ``handed in 1d2h30m after the due date; late policy: 10% of
+    the score per started day late, at most 50%; 2.2 points taken``."""
+    return (f"handed in {duration_text(late_by)} after the due date; late policy: "
+            f"{policy_words(policy)}; {number_text(round(taken, 2))} points taken")
+
+
 def as_utc(moment: datetime, zone: tzinfo = timezone.utc) -> datetime:
     """``moment`` as an aware UTC datetime; a naive one is read in ``zone`` (default UTC)."""
     if moment.tzinfo is None or moment.utcoffset() is None:

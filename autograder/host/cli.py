@@ -83,6 +83,9 @@ def cmd_generate(args):
 
 
 def cmd_grade(args):
+    if not args.no_progress and sys.stderr.isatty():  # at once: loading and preparing take seconds
+        print(f"grade {printable(args.assignment)}: loading the grader, then preparing the student "
+              "version, the gradebook and the workers...", file=sys.stderr, flush=True)
     from .driver import grade
     from ..core.limits import Limits
 

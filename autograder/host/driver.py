@@ -57,8 +57,8 @@ from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_ass
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
                               lock_holder, open_gradebook, record, sqlite_url, standings, writing)
 from ..core.limits import Limits
-from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, SUBMITTED, default_db_url
-from ..core.policy import CourseSettings, apply_late_policy, load_settings
+from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, STAMP, SUBMITTED, default_db_url
+from ..core.policy import CourseSettings, apply_late_policy, late_note, load_settings
 from ..core.results import Status
 from ..judge.kernel_manager import make_socket_root
 from ..core.untrusted import printable
@@ -75,7 +75,6 @@ from .roster import COLUMNS as ROSTER_COLUMNS
 from .roster import RosterEntry, read_roster, roster_report, sync_roster
 
 LOCK = ".autograder.lock"
-STAMP = ".autograder.json"  # beside each autograded submission: the digest it was graded from
 LOGS = "logs"
 ROSTER = "roster.csv"
 
@@ -488,7 +487,7 @@ def run_class(job, run):
     """Phase 2: the scheduling loop on local workers or the cluster, each result recorded as
     it arrives; ``(results, why the run stopped early or None)``."""
     results, stopped = [], None
-    bar = summary.Progress(len(run.todo), enabled=job.progress)
+    bar = summary.Progress(len(run.todo), enabled=job.progress, workers=job.jobs)
 
     def on_result(result):
         signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
@@ -541,7 +540,7 @@ def finish(job, run, results, stopped, seconds):
         stale = [r.student for r in results if r.status == Status.OK and r.student in settled
                  and not r.page_agrees(settled[r.student])]
         if stale:  # an extension or a manual grade the worker's scratch gradebook had not
-            write_feedback_pages(job.root, job.db_url, job.assignment, stale)
+            write_feedback_pages(job.root, job.db_url, job.assignment, stale, job.course)
         summary.write_csv(job.root / "grades.csv", job.assignment, results, run.tests,
                           standings=settled, missing=absent.missing if absent else (), similar=similar)
     except OSError as error:
@@ -561,11 +560,12 @@ def finish(job, run, results, stopped, seconds):
     return results
 
 
-def write_feedback_pages(root, db_url, assignment, students=None):
+def write_feedback_pages(root, db_url, assignment, students=None, course=None):
     """Render the feedback pages of ``students`` (default: everyone with an autograded
     notebook) from the class gradebook: its scores, manual ones included, and its late
     penalties, as ``feedback`` does after manual grading; pages are polished
-    (:func:`autograder.worker.feedback.polish`). Returns the students of the gradebook
+    (:func:`autograder.worker.feedback.polish`), a late one saying how late and under which
+    policy (``course``'s, default ``course.toml``'s: :func:`load_settings`). Returns the students of the gradebook
     (of ``students``) who have no autograded notebook to render (``nbgrader autograde
     --force`` empties the folder before it looks for a notebook), whose page is left as
     it was."""
@@ -583,6 +583,9 @@ def write_feedback_pages(root, db_url, assignment, students=None):
     with open_gradebook(db_url) as gb:
         manual = {(sub.student_id, g.name) for sub in gb.assignment_submissions(assignment)
                   for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade}
+    policy = (course or load_settings(root)).policy(assignment)
+    late = {s.student: late_note(policy, s.late_by, s.penalty)
+            for s in (standings(db_url, assignment) or {}).values() if s.penalty > 0}
     for page in root.glob(f"{FEEDBACK}/*/{assignment}/*.html"):
         student = page.parent.parent.name
         if students and student not in students:
@@ -591,7 +594,7 @@ def write_feedback_pages(root, db_url, assignment, students=None):
         if graded.exists():
             nb = nbformat.read(graded, as_version=4)
             needs = {name for who, name in manual if who == student}
-            page.write_text(polish(page.read_text(), nb, needs))
+            page.write_text(polish(page.read_text(), nb, needs, late.get(student)))
     install_mathjax(root / FEEDBACK)
     return sorted(s for s in graded_students(db_url, assignment)
                   if (not students or s in students) and not has_page_source(root, s, assignment))

@@ -6,8 +6,10 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
+from datetime import timedelta
 from time import monotonic
 
+from ..core.policy import duration_text
 from ..core.results import LimitKind, Status
 from ..core.untrusted import csv_safe, csv_text, printable
 
@@ -18,14 +20,33 @@ SIMILAR_FLAG = "similar-to-classmate"
 
 
 class Progress:
-    """A one-line progress bar on stderr (a line per 10 % when not a terminal)."""
+    """A one-line progress bar on stderr (a line per 10 % when not a terminal), which says
+    first what it counts and, once a submission is done, about how long is left.
 
-    def __init__(self, total, enabled=True, width=30):
+    Hand-written rather than tqdm or rich: every label is a student id that goes through
+    :func:`~autograder.core.untrusted.printable` first, and a log (not a terminal) gets whole
+    lines, one per 10 %, where tqdm writes carriage-return frames. The time left is the mean
+    time per submission so far times those left; since the longest-expected are graded
+    first, it errs long.
+    """
+
+    def __init__(self, total, enabled=True, width=30, what="submission(s)", workers=None):
         self.total, self.done, self.width = total, 0, width
         self.enabled = enabled and total > 0
         self.tty = sys.stderr.isatty()
         self.start = monotonic()
         self.last_decile = -1
+        if self.enabled:
+            on = f" on {workers} worker(s)" if workers else ""
+            sys.stderr.write(f"grading {total} {what}{on}\n")
+            sys.stderr.flush()
+
+    def eta(self):
+        """``about 2m left`` once a submission is done and others are left, else ``""``."""
+        if not self.done or self.done >= self.total:
+            return ""
+        left = (monotonic() - self.start) / self.done * (self.total - self.done)
+        return f"about {duration_text(timedelta(seconds=round(left)))} left"
 
     def update(self, label=""):
         self.done += 1
@@ -34,7 +55,7 @@ class Progress:
         elapsed = monotonic() - self.start
         filled = self.width * self.done // self.total
         line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
-                f"{elapsed:5.0f} s  {printable(label)}")
+                f"{elapsed:5.0f} s  {self.eta()}  {printable(label)}")
         if self.tty:
             sys.stderr.write("\r" + line[:100].ljust(100))
         elif 10 * self.done // self.total != self.last_decile:
@@ -181,6 +202,13 @@ def roll_call(p, policy, skipped, standings, roster):
             p(f"  {printable(student)}: {v.late_by.total_seconds() / 3600:.1f} h late, -{v.penalty:g} points")
 
 
+def unusual_choice(result, assignment):
+    """Whether graded ``result``'s notebook was not simply ``<assignment>.ipynb`` handed in
+    alone (intake's message says more: another name, the newest of several, re-seated code,
+    other files handed in)."""
+    return result.status == Status.OK and result.message != f"graded '{assignment}.ipynb'"
+
+
 def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
            standings=None, roster=None):
     """Print the class summary; scores are the gradebook's ``standings`` (after the penalty)."""
@@ -203,6 +231,11 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
 
     p(f"What the class got wrong, with plots: python -m autograder report {assignment}"
       f" (writes {report_page_path(settings.root, assignment)})")
+    waiting = {r.student: len(r.manual_cells()) for r in results if r.manual_cells()}
+    if waiting:
+        p(f"Written answers to grade by hand: {sum(waiting.values())} of {len(waiting)} student(s). "
+          f"Open the formgrader (JupyterLab started at {printable(settings.root)}), then run: "
+          f"python -m autograder feedback {assignment}")
     failures = Counter(t for r in results for t in failed_tests(r, tests))
     judged = sum(r.status != Status.ERROR for r in results)  # an error was not graded at all
     if tests:
@@ -221,7 +254,7 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
         ("Suspicious code", lambda r: ", ".join(r.flags)),
         ("Resembles the reference (check by hand)", lambda r: "; ".join(r.resemblances)),
         ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.similar)),
-        ("Which notebook was graded", lambda r: r.message if r.status == Status.OK else ""),
+        ("Unusual notebook choices (check by hand)", lambda r: r.message if unusual_choice(r, assignment) else ""),
         ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in (Status.MISSING, Status.UNREADABLE) else ""),
         ("Errors (not graded: the earlier grade, if any, is kept; worker logs in logs/)", lambda r: r.error or "" if r.status == Status.ERROR else ""),
     ]

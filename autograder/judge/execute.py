@@ -182,6 +182,18 @@ def _shut(km):
             km.kill_everything()
 
 
+def said_by(verdict, output):
+    """Whether the kernel's error ``output`` says nothing the ``verdict`` (an error output) does
+    not: the visible lines failed in the kernel as the whole cell failed in the judge (the same
+    error, its message within the verdict's), so the student reads the message once."""
+    if output.get("output_type") != "error":
+        return False
+    ename, evalue = output.get("ename", ""), output.get("evalue", "")
+    if not evalue:
+        return ename == verdict.ename
+    return f"{ename}: {evalue}" in f"{verdict.ename}: {verdict.evalue}"
+
+
 class LimitedExecute(Execute):
     """nbgrader's ``Execute`` in the sandbox, with the outside judge, deadlines, caps and recovery."""
 
@@ -272,8 +284,7 @@ class LimitedExecute(Execute):
                 done.append(index)
             else:
                 alive = self._restart(done)
-        kernel_outputs = [judge.plain_output(o) for o in cell.outputs
-                          if o.get("ename") not in ("OutputLimitError",)]
+        kernel_outputs = [o for o in cell.outputs if o.get("ename") not in ("OutputLimitError",)]
         failure = None
         if not alive:
             failure = judge.JudgeError("your notebook's kernel could not be restarted")
@@ -296,7 +307,9 @@ class LimitedExecute(Execute):
                     and not self._responsive(interrupt=True):
                 self._event(cell, index, LimitKind.HANG, f"while judged: {failure}; restarted")
                 alive = self._restart(done)
-        cell.outputs = kernel_outputs + ([judge.verdict_output(failure)] if failure else [])
+        verdict = [judge.verdict_output(failure)] if failure else []
+        cell.outputs = [judge.plain_output(o) for o in kernel_outputs
+                        if not (verdict and said_by(verdict[0], o))] + verdict
         flooded = [o for o in cell.outputs if o.get("output_type") == "error"]
         if self._flooded and not flooded:
             cell.outputs.append(error_output("OutputLimitError",

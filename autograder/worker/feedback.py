@@ -7,10 +7,14 @@ off the page. :func:`polish` fixes the rendered page:
 * each test in the table of contents is named by its grade id and its title (the
   first comment line of the cell, e.g. "Hidden tests: several sizes and bases");
 * a written answer that still needs a manual grade says "to be graded by hand";
-* error messages and outputs wrap;
+* the late penalty line says how late, under which policy and what it took
+  (:func:`autograder.core.policy.late_note`);
+* error messages and outputs wrap; the page reads on a phone (:data:`PAGE_CSS`: at 390 px each
+  cell's score stays in view and nothing scrolls sideways) and follows a dark system theme;
 * MathJax 3 comes from ``feedback/_mathjax`` (copied there by :func:`install_mathjax`
   from the pinned ``sphinx-mathjax-offline`` package, with every TeX extension it autoloads:
-  ``\boldsymbol``, ``\color``, ``\cancel``...), so math renders offline; it runs with its
+  ``\boldsymbol``, ``\color``, ``\cancel``...), so math renders offline, with ``textmacros``
+  so that text in math reads as written (``\text{inv\_freq}`` shows ``inv_freq``); it runs with its
   ``safe`` extension allowing no URL, class, id or style from TeX (``\href``, ``\class``,
   ``\cssId``, ``\style``, ``\mmlToken[...]``): math cannot name or cover the page;
 * :class:`FeedbackExporter` renders the page without HTMLExporter's BeautifulSoup pass where
@@ -38,13 +42,52 @@ from ..core.cells import grade_id, is_grade, is_solution
 
 MATHJAX_DIR = "_mathjax"  # under feedback/: pages are feedback/<student>/<assignment>/*.html
 MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "ui/safe.js")
-WRAP_CSS = ("<style>.output_area pre, .output_subarea pre, .nbgrader_cell pre "
-            "{white-space: pre-wrap; word-break: break-word;}</style>")
+# the page's own layout (after nbgrader's template styles, so it wins): messages and code wrap;
+# on a narrow screen (a phone, 390 px) the prompts go, each cell's heading wraps so its score
+# stays in view, and nothing is wider than the screen; a reader whose system is dark
+# (prefers-color-scheme) gets dark panels, with code areas inverted so their colours keep contrast
+PAGE_CSS = """<meta name="viewport" content="width=device-width, initial-scale=1">
+<style id="autograder-page">
+:root { color-scheme: light dark; }
+.output_area pre, .output_subarea pre, .nbgrader_cell pre { white-space: pre-wrap; word-break: break-word; }
+img, svg, video, table { max-width: 100%; }
+.output_subarea, .inner_cell, .text_cell_render { min-width: 0; max-width: 100%; }
+mjx-container[display="true"] { overflow-x: auto; overflow-y: hidden; max-width: 100%; }
+div.nbgrader_cell .panel-heading { height: auto; min-height: 37px; display: flex; flex-wrap: wrap;
+  justify-content: space-between; align-items: baseline; column-gap: 1em; }
+div.nbgrader_cell .panel-heading::before, div.nbgrader_cell .panel-heading::after { content: none; }
+div.nbgrader_cell .panel-heading .pull-right { float: none !important; margin-left: auto; }
+@media (max-width: 600px) {
+  body { padding-top: 0.5em; }
+  .container, #notebook-container { width: auto; padding-left: 4px; padding-right: 4px; }
+  .panel-body { padding: 0.4em 0.2em; }
+  div.prompt, div.input_prompt, div.output_prompt { display: none; }
+  div.cell, div.input, div.output_area { display: block; }
+  .input_area pre, .highlight pre { white-space: pre-wrap; word-break: break-word; }
+  #toc ol { padding-left: 1.5em; }
+}
+@media (prefers-color-scheme: dark) {
+  body, .panel, .panel-body, .panel-footer, div#notebook, #notebook-container, .container {
+    background-color: #16181c; color: #e4e6eb; }
+  .panel-default > .panel-heading { background-color: #23262d; color: #e4e6eb; border-color: #3a3f48; }
+  .panel-primary > .panel-heading { background-color: #1d3d63; color: #f2f4f8; border-color: #2e5b8f; }
+  .panel, .panel-primary, .panel-default { border-color: #3a3f48; }
+  a, div.nbgrader_cell .panel-heading a { color: #8ab4f8; }
+  .score, li.late-penalty { color: inherit; }
+  li.late-penalty { color: #ff8a80; }
+  code, kbd { background-color: #2a2d33; color: #f0c5d6; }
+  .rendered_html table, .rendered_html th, .rendered_html td, .rendered_html tr { color: #e4e6eb;
+    background-color: transparent; border-color: #3a3f48; }
+  .rendered_html tbody tr:nth-child(odd) { background-color: #1e2126; }
+  .input_area, .output_area pre, .output_subarea pre { filter: invert(1) hue-rotate(180deg); }
+  div.output_stderr { background-color: #efd6d6; }
+}
+</style>"""
 # \href is redefined to show its text only: a link made by math is not a link; the safe
 # extension drops every URL, class, id and style attribute that TeX makes (\mmlToken included)
 MATHJAX_CONFIG = (
-    "window.MathJax = {loader: {load: ['ui/safe']}, "
-    "tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+    "window.MathJax = {loader: {load: ['ui/safe', '[tex]/textmacros']}, "
+    "tex: {packages: {'[+]': ['textmacros']}, inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
     "processEscapes: true, macros: {href: ['#2', 2]}}, "
     "options: {ignoreHtmlClass: 'tex2jax_ignore', safeOptions: {allow: "
     "{URLs: 'none', classes: 'none', cssIDs: 'none', styles: 'none'}}}};")
@@ -59,6 +102,7 @@ CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURI
 MATHJAX_2 = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
 
 
+LATE_LINE = re.compile(r'(<li class="late-penalty">Late submission penalty \(Score: -[^)<]*\))\s*</li>')
 NO_DESCRIPTION = "No description has been provided for this image"  # HTMLExporter's words
 
 
@@ -112,10 +156,11 @@ def title(cell):
     return "visible tests" if grade_id(cell).endswith("visible") else "tests"
 
 
-def polish(page, nb, needs_manual=()):
+def polish(page, nb, needs_manual=(), late=None):
     """The rendered feedback ``page`` (HTML text) of notebook ``nb``, polished as above.
 
-    ``needs_manual``: grade ids of written answers that have no manual grade yet.
+    ``needs_manual``: grade ids of written answers that have no manual grade yet; ``late``:
+    the words on its late penalty (:func:`autograder.core.policy.late_note`), or ``None``.
     """
     for cell in nb.cells:
         gid = grade_id(cell)
@@ -128,9 +173,11 @@ def polish(page, nb, needs_manual=()):
         elif gid in needs_manual:
             page = re.sub(re.escape(anchor) + r"(Written response|Coding free-response)</a> \(Score: [^)]*\)",
                           lambda m: f"{anchor}{m.group(1)}</a> (to be graded by hand)", page)
+    if late:  # nbgrader's line ends right after its score: a polished page is not matched again
+        page = LATE_LINE.sub(lambda m: f"{m.group(1)}: {html.escape(late)}</li>", page, count=1)
     page = MATHJAX_2.sub(lambda _: MATHJAX_3, page, count=1)
-    if WRAP_CSS not in _head(page):  # ``feedback --students`` polishes the other pages again
-        page = page.replace("</head>", WRAP_CSS + "\n</head>", 1)
+    if PAGE_CSS not in _head(page):  # ``feedback --students`` polishes the other pages again
+        page = page.replace("</head>", PAGE_CSS + "\n</head>", 1)
     return with_csp(page)
 
 

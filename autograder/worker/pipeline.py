@@ -28,7 +28,7 @@ from ..core.gradebook import forget_submission, keep_engines_in_nbgrader, make_s
 from ..core.limits import Limits
 from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
                                     course_config)
-from ..core.policy import CourseSettings, apply_late_policy
+from ..core.policy import CourseSettings, apply_late_policy, late_note
 from ..core.results import LimitEvent, Status, StudentResult
 from ..core.untrusted import printable
 from .audit import audit, restore_deleted
@@ -321,10 +321,11 @@ def generate_feedback(config):
     converter.convert_notebooks()  # paths are absolute: no chdir needed
 
 
-def collect_files(scratch_root, student, assignment, needs_manual):
+def collect_files(scratch_root, student, assignment, needs_manual, late=None):
     """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``.
 
-    Feedback pages are polished (:func:`autograder.worker.feedback.polish`) on the way.
+    Feedback pages are polished (:func:`autograder.worker.feedback.polish`, with ``late``, the
+    words on the late penalty, if any) on the way.
     The staged ``timestamp.txt`` and ``submission_secret.txt`` come along, which nbgrader
     copies into both folders too: ``nbgrader release_feedback`` reads them beside each page.
     """
@@ -338,7 +339,7 @@ def collect_files(scratch_root, student, assignment, needs_manual):
             if kind == FEEDBACK and path.suffix == ".html":
                 graded = Path(scratch_root) / AUTOGRADED / INTERNAL_ID / assignment / f"{path.stem}.ipynb"
                 nb = nbformat.read(graded, as_version=4)
-                data = polish(data.decode(), nb, needs_manual).encode()
+                data = polish(data.decode(), nb, needs_manual, late).encode()
             files[f"{kind}/{student}/{assignment}/{path.relative_to(folder)}"] = data
     return files
 
@@ -402,7 +403,9 @@ def grade_student(settings, student, workdir, db_url, submission=None):
                     result.log = "\n".join([traceback.format_exc(), *logged])[-4000:]
                     logging.getLogger("autograder").error("%s: feedback not rendered: %s", student, result.log)
             result.timestamp, result.notebooks = read_scores(db_url, settings.assignment, INTERNAL_ID)
-            result.files = collect_files(out, student, settings.assignment, result.manual_cells())
+            note = (late_note(settings.course.policy(settings.assignment), late[INTERNAL_ID].late_by,
+                              result.page_penalty) if result.page_penalty > 0 else None)
+            result.files = collect_files(out, student, settings.assignment, result.manual_cells(), note)
             if unrendered is not None:
                 for graded in sorted((out / AUTOGRADED / INTERNAL_ID / settings.assignment).glob("*.ipynb")):
                     page = f"{FEEDBACK}/{student}/{settings.assignment}/{graded.stem}.html"

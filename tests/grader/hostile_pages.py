@@ -68,6 +68,9 @@ NAMES = [
                       "style=\"position:fixed;top:0;left:0;width:100%;height:100%\"]{x}$ "
                       "$\\cssId{test_softmax_visible}{y}$ $\\class{navbar-fixed-top}{z}$ "
                       "$\\style{position:fixed;top:0;left:0;width:100%;height:100%}{w}$"),
+    # the same macros inside text mode, which the page's textmacros extension parses
+    ("mathjax-text-names", "$\\text{\\cssId{why}{a} \\class{modal-backdrop}{b} "
+                           "\\style{position:fixed;top:0;left:0;width:100%;height:100%}{c}}$"),
 ]
 # the ids the formgrader's page gives its own elements, which student content must never take
 PAGE_IDS = ("test_add_visible", "test_add_hidden", "test_softmax_visible", "test_softmax_hidden",
@@ -130,7 +133,8 @@ def honest(source_nb, release):
     _answer_cell(nb).source = (
         "Subtracting $m = \\max_j x_j$ leaves $\\sigma(x)_i = e^{x_i - m} / \\sum_j e^{x_j - m}$ "
         "unchanged, and $$e^{x_i - m} \\le 1.$$ In bold $\\boldsymbol{x}$, in colour "
-        "$\\color{red}{m}$, cancelled $\\cancel{e^{m}}$ (each an extension MathJax loads).")
+        "$\\color{red}{m}$, cancelled $\\cancel{e^{m}}$ (each an extension MathJax loads); "
+        "text in math as written: $\\theta_i = \\text{inv\\_freq}_i$.")
     code = (f"import base64\nfrom IPython.display import Image, display\n"
             f"display(Image(data=base64.b64decode('{base64.b64encode(png()).decode()}')))")
     nb.cells.append(nbformat.v4.new_code_cell(code))

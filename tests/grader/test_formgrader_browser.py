@@ -230,6 +230,80 @@ def test_feedback_pages_are_inert_and_honest_work_shows(course, browser, recorde
             outcome["context"].close()
 
 
+# what a reader of a feedback page sees of its layout: sideways scroll, each cell's score, colours
+LAYOUT = """() => {
+  const box = el => el.getBoundingClientRect();
+  const rgb = c => (c.match(/[\\d.]+/g) || []).slice(0, 3).map(Number);
+  const lum = c => { const v = rgb(c).map(x => x / 255).map(x => x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4);
+                     return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
+  const contrast = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+  const ground = el => { for (; el; el = el.parentElement) { const c = getComputedStyle(el).backgroundColor;
+                          if (!/rgba\\(.*, 0\\)$/.test(c) && c !== 'transparent') return c; } return 'rgb(255, 255, 255)'; };
+  const scores = [...document.querySelectorAll('.nbgrader_cell .panel-heading .pull-right')]
+                 .filter(el => el.textContent.includes('Score:'));
+  return {
+    width: window.innerWidth,
+    scrollWidth: document.scrollingElement.scrollWidth,
+    scores: scores.map(el => ({text: el.innerText.trim(), left: box(el).left, right: box(el).right,
+                               shown: box(el).width > 0 && getComputedStyle(el).visibility === 'visible',
+                               // inside its heading, clear of the heading's label
+                               inHeading: box(el).top >= box(el.parentElement).top - 1
+                                          && box(el).bottom <= box(el.parentElement).bottom + 1,
+                               overlaps: [...el.parentElement.querySelectorAll('.nbgrader-label')].some(l =>
+                                 box(l).left < box(el).right && box(el).left < box(l).right
+                                 && box(l).top < box(el).bottom && box(el).top < box(l).bottom),
+                               contrast: contrast(getComputedStyle(el).color, ground(el))})),
+    toc: [...document.querySelectorAll('#toc li')].map(el => ({right: box(el).right, text: el.innerText})),
+    body: lum(ground(document.body)),
+    text: contrast(getComputedStyle(document.querySelector('.text_cell_render')).color,
+                   ground(document.querySelector('.text_cell_render'))),
+    mtext: [...document.querySelectorAll('mjx-assistive-mml mtext')].map(el => el.textContent),
+  };
+}"""
+
+
+def test_feedback_page_reads_on_a_phone_and_a_laptop_light_and_dark(course, browser, recorder):
+    """The honest page, re-rendered as ``feedback`` does after manual grading, at 1280 and 390 px
+    in light and dark mode: no sideways scroll, each cell's score fully in view with readable
+    contrast, dark colours when the system is dark, math text as written; and the grader's
+    stamp is not among the files released to the student."""
+    from autograder.core.nbgrader_config import default_db_url
+    from autograder.host.driver import write_feedback_pages
+
+    root, _ = course
+    assert write_feedback_pages(root, default_db_url(root), "toy", ["honest"]) == []
+    assert (root / "autograded" / "honest" / "toy" / ".autograder.json").is_file()
+    assert sorted(p.name for p in (root / "feedback").rglob(".autograder.json")) == []
+    page_path = root / "feedback" / "honest" / "toy" / "toy.html"
+    graded = nbformat.read(root / "autograded" / "honest" / "toy" / "toy.ipynb", as_version=4)
+    cells = sum(bool(c.metadata.get("nbgrader", {}).get("grade")) for c in graded.cells)
+    assert cells >= 3
+    for width in (1280, 390):
+        for scheme in ("light", "dark"):
+            phone = dict(is_mobile=True, has_touch=True, device_scale_factor=3) if width < 600 else {}
+            context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme, **phone)
+            try:
+                page = context.new_page()
+                page.goto(page_path.as_uri(), wait_until="load")
+                page.wait_for_function("document.querySelectorAll('mjx-container').length >= 7", timeout=30_000)
+                found = page.evaluate(LAYOUT)
+                where = (width, scheme)
+                assert found["width"] == width, (where, "laid out wider than the screen", found["width"])
+                assert found["scrollWidth"] <= found["width"], (where, found["scrollWidth"])
+                assert len(found["scores"]) == cells, where
+                for score in found["scores"]:
+                    assert score["shown"] and score["text"].startswith("Score:"), (where, score)
+                    assert score["inHeading"] and not score["overlaps"], (where, score)
+                    assert 0 <= score["left"] and score["right"] <= found["width"], (where, score)
+                    assert score["contrast"] >= 4.5, (where, score)
+                assert all(li["right"] <= found["width"] for li in found["toc"]), (where, found["toc"])
+                assert found["text"] >= 7, (where, found["text"])
+                assert (found["body"] < 0.1) if scheme == "dark" else (found["body"] > 0.8), (where, found["body"])
+                assert "inv_freq" in found["mtext"], (where, found["mtext"])
+            finally:
+                context.close()
+
+
 def test_stock_nbgrader_generate_feedback_is_sanitized_too(course, browser, recorder):
     """``nbgrader generate_feedback`` with the course's nbgrader_config.py: no CSP, still inert."""
     root, _ = course

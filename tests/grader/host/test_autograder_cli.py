@@ -72,6 +72,39 @@ def test_bad_input_is_one_line_a_nonzero_exit_and_no_change(course, args, words)
     assert sorted(p.relative_to(course) for p in course.rglob("*")) == before
 
 
+def test_grade_on_a_terminal_says_at_once_what_it_prepares(course):
+    """On a terminal, ``grade``'s first line comes before the grader is even imported (which
+    takes seconds): it names the assignment and what is being prepared; bad input then is its
+    one line as ever."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "autograder", "grade", "no-such-assignment",
+                               "--root", str(course)], cwd="/", stdout=subprocess.PIPE, stderr=follower,
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+        os.close(follower)
+        follower = None
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closed: all read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        if follower is not None:
+            os.close(follower)
+        os.close(leader)
+    lines = b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
+    assert proc.returncode == 1
+    assert lines[0] == ("grade no-such-assignment: loading the grader, then preparing the student version, "
+                        "the gradebook and the workers..."), lines
+    assert "unknown assignment 'no-such-assignment'" in lines[1] and len(lines) == 2, lines
+
+
 def test_an_empty_class_adds_nothing_to_the_gradebook(course):
     (course / "submitted" / "ada" / "toy").mkdir(parents=True)  # a folder, no notebook
     proc = cli("grade", "toy", "--root", course, check=False)

@@ -161,12 +161,51 @@ def test_lateness_is_shown(term):
 
 def test_the_feedback_page_grade_wrote_shows_the_penalty(term):
     """The worker writes the penalty into its scratch gradebook before it renders the page
-    (core.policy.apply_late_policy, the one writer of penalties): the page says it at once."""
+    (core.policy.apply_late_policy, the one writer of penalties): the page says it at once,
+    with how late (2.5 h), the course's policy in words and the points taken."""
     def page(student):
         return (term["root"] / "feedback" / student / AID / f"{AID}.html").read_text()
 
-    assert f"Late submission penalty (Score: -{round(PENALTY, 2)})" in page("late")
+    assert (f"Late submission penalty (Score: -{round(PENALTY, 2)}): handed in 2h30m after the due "
+            f"date; late policy: 10% of the score per started day late, at most 50%; {PENALTY:g} points "
+            "taken</li>") in page("late")
     assert "Late submission penalty" not in page("correct")
+
+
+def test_a_failed_test_cell_says_its_message_once(term):
+    """A visible test that fails in the student's kernel fails the same way in the judge: the
+    autograded cell (and so the page) shows the error once, as the verdict, not the kernel's
+    copy of it too."""
+    graded = nbformat.read(term["root"] / "autograded" / "partial" / AID / f"{AID}.ipynb", as_version=4)
+    failed = [c for c in graded.cells if c.cell_type == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert failed, "the partial submission fails some tests"
+    for cell in failed:
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        others = [o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                  for o in cell.outputs if o.get("output_type") != "error"]
+        assert len(errors) == 1, cell.outputs
+        assert not any(errors[0]["ename"] in text or errors[0]["evalue"] in text for text in others), \
+            (cell.metadata.get("nbgrader"), cell.outputs)
+    assert any(c.metadata["nbgrader"]["grade_id"] == "p2_visible" for c in failed)
+
+
+def test_the_summary_lists_only_what_needs_a_look(term):
+    """Only the unusual notebook choices (another name, several notebooks, re-seated code),
+    and one line on the written answers waiting, with what to run."""
+    lines = term["out"].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Unusual notebook choices"))
+    listed = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        listed.append(line.strip().split(":")[0])
+    assert sorted(listed) == ["duplicated", "misnamed", "stripped"], lines[start:]
+    assert "Which notebook was graded" not in term["out"]
+    waiting = sum(row["needs_manual"] == "1" for row in term["rows"].values())
+    assert waiting, term["rows"]
+    line = next(line for line in lines if line.startswith("Written answers to grade by hand:"))
+    assert f"of {waiting} student(s)" in line and f"python -m autograder feedback {AID}" in line, line
 
 
 def test_the_roster_names_the_missing(term):

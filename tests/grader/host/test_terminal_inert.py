@@ -41,6 +41,19 @@ def test_progress_bar_label_is_escaped(capsys):
         assert escaped in err, (escaped, err)
 
 
+def test_progress_says_what_it_counts_and_then_the_time_left(capsys):
+    """First what is counted; after the first of 4 (40 s), 3 x 40 s = 2m left; none at the end."""
+    bar = Progress(4, workers=2)
+    bar.start -= 40  # as if the first submission took 40 s
+    bar.update("ada")
+    for student in ("bob", "cyd", "eve"):
+        bar.update(student)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "grading 4 submission(s) on 2 worker(s)", lines
+    assert re.search(r"about 2m(\ds)? left", lines[1]) and "ada" in lines[1], lines  # 2m, and a slow host's second
+    assert "left" not in lines[-1] and "4/4" in lines[-1], lines
+
+
 def test_summary_escapes_ids_file_names_and_messages(tmp_path):
     results = [StudentResult(student=s, status=Status.OK if i % 2 else Status.UNREADABLE, seconds=float(i),
                              message=f"graded '{s}.ipynb'", flags=[f"flag{s}"], tampered=[s],
