@@ -39,7 +39,7 @@ from traitlets import Bool, Unicode
 
 from ..core.limits import Limits
 from ..sandbox import cgroups
-from ..sandbox.launcher import BOOT, NOBODY, SOCKETS_ENV, kernel_argv
+from ..sandbox.launcher import BOOT, NOBODY, PARENT_ENV, SOCKETS_ENV, kernel_argv
 from ..sandbox.limits import SandboxLimits
 
 
@@ -114,6 +114,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             kw["stderr"] = open(self.startup_log, "ab")  # the kernel's copy; ours closes at launch
         env = dict(kw.pop("env", None) or os.environ)
         env.update((SandboxLimits.from_environment(env) or Limits().sandbox()).environment())
+        env[PARENT_ENV] = str(os.getpid())  # the launcher dies with this process
         kw["env"] = env
         cmd, kw = await super()._async_pre_start_kernel(**kw)
         if self.sandboxed:

@@ -4,8 +4,9 @@
 that :class:`autograder.judge.kernel_manager.SandboxedKernelManager` launches for each kernel
 (it imports this package alone, by path: ``-I`` puts nothing of the caller's environment on
 ``sys.path``). It reads the run's :class:`~autograder.sandbox.limits.SandboxLimits` (JSON in
-``AUTOGRADER_LIMITS``, written from :class:`autograder.core.limits.Limits`) and then, in this
-order:
+``AUTOGRADER_LIMITS``, written from :class:`autograder.core.limits.Limits`), asks to be killed
+when the worker that launched it ends and exits at once if it has ended already
+(:func:`die_with_launcher`), and then, in this order:
 
 1. as root, creates a cgroup of its own (``autograder/k<run>-<pid>``, cgroup v2 or the v1
    ``pids`` and ``memory`` controllers) with the process and memory caps, and moves
@@ -31,9 +32,11 @@ The worker and the driver import it too (:func:`unavailable_reason`); like all o
 milliseconds before bubblewrap.
 """
 
+import ctypes
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -45,6 +48,8 @@ SCRATCH = "/tmp"     # the kernel's home, working directory and only writable pl
 # JSON {socket path: inherited listening descriptor}: the kernel's ZeroMQ sockets, bound by
 # the worker in the read-only socket folder (kept equal to autograder.kernel.boot.SOCKETS_ENV)
 SOCKETS_ENV = "AUTOGRADER_SOCKETS"
+# the pid of the process that launches the kernel (the worker): the launcher dies with it
+PARENT_ENV = "AUTOGRADER_LAUNCHED_BY"
 GRADER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the launcher's whole program: import this module from the grader's own folder, launch
 BOOT = (f"import sys; sys.path.insert(0, {GRADER_ROOT!r}); "
@@ -181,8 +186,20 @@ def kernel_argv(argv):
     return [sys.executable, "-P", "-X", "frozen_modules=off", "-c", boot, *argv]
 
 
+def die_with_launcher():
+    """SIGKILL this process when the process that launched it ends (``PR_SET_PDEATHSIG``,
+    kept across ``execve`` into bwrap), and exit now if that process has already ended: a
+    worker killed while its kernel was starting must not leave a kernel or a cgroup behind."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    expected = os.environ.get(PARENT_ENV)
+    if expected and os.getppid() != int(expected):
+        sys.exit("autograder sandbox: the process that launched this kernel has ended; "
+                 "not starting a kernel")
+
+
 def launch(argv):
     """The launcher: cgroup, rlimits, then exec bwrap with the kernel command."""
+    die_with_launcher()
     try:
         limits = SandboxLimits.from_environment(os.environ)
     except ValueError as error:

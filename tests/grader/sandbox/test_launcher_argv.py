@@ -162,3 +162,21 @@ def test_the_passed_sockets_reach_the_kernel_and_the_boot_code_reads_that_name(a
     plain = dict(v for name, v in parse(launcher.bwrap_argv(KERNEL, SOCKETS, LIMITS,
                                                             as_root=as_root))[1] if name == "--setenv")
     assert launcher.SOCKETS_ENV not in plain
+
+
+def test_a_launcher_whose_worker_has_ended_starts_nothing_and_makes_no_cgroup():
+    """A worker killed while its kernel's launcher starts up (a run stopped mid-class) must not
+    leave a kernel or a cgroup behind: the launcher checks that the process that launched it
+    is still its parent, after asking to die with it, and before it makes anything."""
+    from autograder.sandbox.cgroups import RUN_ENV, kernel_cgroups
+
+    ended = subprocess.Popen(["true"])  # the worker that launched it, ended since
+    ended.wait()
+    run = f"launchertest{os.getpid()}"
+    env = {**os.environ, **LIMITS.environment(), RUN_ENV: run, launcher.PARENT_ENV: str(ended.pid)}
+    done = subprocess.run([sys.executable, "-I", "-c", launcher.BOOT, "-f", "/nonexistent/c.json"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "the process that launched this kernel has ended" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not [name for name in kernel_cgroups() if name.startswith(f"k{run}-")]
