@@ -8,16 +8,26 @@ docstring first). The torch version adds
   each probability tile ``P = exp(S - lse)`` when it needs it, so the backward
   pass also stays O(T) in memory besides one tile;
 * device-agnostic code (everything runs where ``q`` lives, CUDA included);
-* the exponentials in base 2: ``log2(e)`` is folded into the scale of ``Q K^T`` and
-  ``exp2(S2 - m)`` gives the same ``P`` as ``exp(S - m)`` at about half the cost on the CPU;
-* a forward pass that allocates its tiles once (scores, accumulator, ``m``, ``l``),
-  transposes K once, and updates the tiles in place with fused products (``baddbmm``),
-  so that each key tile costs two matrix products and four passes over the score tile
-  (row max, subtract, ``exp2``, row sum); the causal mask of a diagonal tile is built
-  once for all the tiles the diagonal crosses at the same point;
-* float16/bfloat16 inputs: the matrix products run in the input dtype, the
-  softmax statistics (``m``, ``l``, ``lse``) and the accumulators in float32,
-  and the output keeps the input dtype.
+* a forward pass whose key tiles cost two matrix products and two passes over the
+  score tile (``exp`` and the row sum), with everything it needs allocated once per call:
+
+  - the running max rides along in the first product: with ``K1 = [k * scale, 1]`` and
+    ``Q1 = [q, -m]`` (one extra column each), ``K1 Q1^T = S - m``, so no pass subtracts it;
+  - the max is taken from the first key tile of a query block and then kept, not
+    raised tile by tile: ``exp(s - m) / l`` is the same softmax for any ``m`` shared by
+    ``acc`` and ``l``, so the result stays exact, and a tile needs no row max and no
+    rescale. Only if a later score exceeds ``m`` by so much that ``exp`` overflows (some
+    ``acc`` or ``l`` is inf or nan, checked once per query block) is the block computed
+    again with the textbook running max of the loop below (``exact``), which cannot overflow;
+  - the score tile is stored transposed, keys down and queries across (``S^T = K1 Q1^T``,
+    ``acc^T += V^T P^T``), so the per-query sums run down the columns, across contiguous
+    queries;
+  - a causal diagonal tile's mask is built once for all the tiles the diagonal crosses at
+    the same point, and applied after ``exp`` (future entries set to 0: ``exp(-inf)`` is a
+    slow path of the CPU's ``exp``) except where the tile's max is taken;
+* float16/bfloat16 inputs: the forward loop runs in float32 (products, statistics,
+  ``lse``) and the output keeps the input dtype; the backward pass multiplies in the
+  input dtype and accumulates in float32.
 """
 
 import math
@@ -40,46 +50,34 @@ DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
 DEFAULT_WINDOW_BLOCK = 128
-LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
-LN_2 = math.log(2.0)  # log(x) = log2(x) * LN_2
 
 
-def _future(n, width, shift, group, device):
+def _future(n, width, shift, group, device, keys_first):
     """Bool ``(G * n, width)`` mask of a tile: True where column c > row r + shift.
 
     For the tile of queries ``i0 + r`` and keys ``j0 + c`` with ``shift = i0 + offset - j0``
     it marks the keys after query i's position ``i + offset``; it depends only on the tile's
     shape and where the diagonal crosses it, so a pass reuses it (:func:`_future_masks`).
+    ``keys_first``: the transposed mask, ``(width, G * n)``, for a transposed score tile.
     """
     rows = torch.arange(n, device=device)[:, None] + shift
     cols = torch.arange(width, device=device)[None, :]
-    return (cols > rows).repeat(group, 1)
+    mask = (cols > rows).repeat(group, 1)
+    return mask.mT.contiguous() if keys_first else mask
 
 
-def _future_masks(group, device):
+def _future_masks(group, device, keys_first=False):
     """``_future`` for one pass, remembering the last four masks.
 
     With equal tiles a pass crosses the diagonal at one or two shifts, so each mask is built
     once; four boolean masks take the bytes of one float32 score tile, whatever the tiling.
     """
-    return lru_cache(maxsize=4)(partial(_future, group=group, device=device))
+    return lru_cache(maxsize=4)(partial(_future, group=group, device=device, keys_first=keys_first))
 
 
 def _tile(buffer, *shape):
     """A contiguous ``shape`` view of the first elements of the flat ``buffer``: a tile without allocating."""
     return buffer[: math.prod(shape)].view(shape)
-
-
-def _baddbmm_(out, a, b, *, beta=1.0, alpha=1.0):
-    """``out = beta * out + alpha * (a @ b)`` in place (beta = 0 ignores out's old contents).
-
-    ``out`` holds float32 statistics for half inputs: the product then runs in a's dtype and is
-    added in float32; otherwise it is one fused BLAS call writing straight into ``out``.
-    """
-    if a.dtype == out.dtype:
-        return out.baddbmm_(a, b, beta=beta, alpha=alpha)
-    product = (a @ b).to(out.dtype)
-    return out.copy_(product.mul_(alpha)) if beta == 0 else out.mul_(beta).add_(product, alpha=alpha)
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -89,51 +87,83 @@ class _FlashAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, causal, bq, bk, scale):
         B, H_kv, G, T, D = q.shape
         S, Dv = v.shape[-2], v.shape[-1]
-        BH = B * H_kv  # batch and KV heads in one axis: the batch of the fused products (baddbmm)
-        # statistics and accumulators: float32 for half inputs, else the input dtype
+        BH = B * H_kv  # batch and KV heads in one axis: the batch of the products (bmm)
+        # the loop computes in float32 for half inputs, else in the input dtype
         acc_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         new = partial(torch.empty, dtype=acc_dtype, device=q.device)
         out = torch.empty(B, H_kv, G, T, Dv, dtype=q.dtype, device=q.device)
         lse = new(B, H_kv, G, T)
-        # K transposed once, (BH, D, S) contiguous: every Q K_j^T product reads its columns in order
-        kt, vf = k.flatten(0, 1).mT.contiguous(), v.flatten(0, 1)  # (BH, D, S), (BH, S, Dv)
+        # K1 = [k * scale, 1] and Q1 = [q, -m]: one product K1 Q1^T gives every score minus its
+        # row's running max m, so subtracting m costs no pass over the tile
+        k1 = new(BH, S, D + 1)
+        torch.mul(k.flatten(0, 1), scale, out=k1[..., :D])
+        k1[..., D] = 1.0
+        vt = v.flatten(0, 1).to(acc_dtype).mT  # (BH, Dv, S), a view for float32 inputs
         offset = S - T  # causal: query i sees keys j <= i + offset
-        future = _future_masks(G, q.device)  # (n, width, shift) -> bool (G*n, width)
-        # Base 2: with S2 = S * log2(e), exp(S - m) = exp2(S2 - m2), and exp2 is about twice as
-        # fast as exp on the CPU (FlashAttention's CUDA kernels do the same); m is in base-2 units.
-        scale2 = scale * LOG2_E
-        # every tile is allocated once and reused: scores S/P, accumulator acc, statistics m, l, alpha
-        rows = G * min(bq, T)  # query rows of a full tile, the group's heads stacked
-        scores_buf, acc_buf = new(BH * rows * min(bk, S)), new(BH * rows * Dv)
-        m_buf, m_new_buf, l_buf, rowsum_buf, alpha_buf = new(5, BH * rows)
+        future = _future_masks(G, q.device, keys_first=True)  # (n, width, shift) -> bool (width, G*n)
+        rows, width = G * min(bq, T), min(bk, S)  # a full tile: queries (the group's heads stacked), keys
+        # made once: the views of each key tile, a row of ones (1^T P^T = the column sums of P^T),
+        # the transposed score tile (keys x queries), Q1, the accumulator acc^T and l
+        key_tiles = [(j0, k1[:, j0 : j0 + bk], vt[:, :, j0 : j0 + bk]) for j0 in range(0, S, bk)]
+        ones = torch.ones(BH, 1, width, dtype=acc_dtype, device=q.device)
+        scores_buf, q1_buf, acc_buf, l_buf = new(BH * rows * width), new(BH * rows * (D + 1)), new(BH * rows * Dv), new(BH * rows)
         for i0 in range(0, T, bq):
             i1 = min(i0 + bq, T)
             n = i1 - i0
-            q_tile = q[:, :, :, i0:i1].reshape(BH, G * n, D)  # the group's heads stacked
-            acc = _tile(acc_buf, BH, G * n, Dv).zero_()  # (BH, G*n, Dv), unnormalised output
-            m, m_new, l, rowsum, alpha = (_tile(b, BH, G * n, 1) for b in (m_buf, m_new_buf, l_buf, rowsum_buf, alpha_buf))
-            m.fill_(-math.inf)
-            l.zero_()
+            q1 = _tile(q1_buf, BH, G * n, D + 1)
+            q1[..., :D] = q[:, :, :, i0:i1].reshape(BH, G * n, D)
+            neg_m = q1[..., D:].mT  # (BH, 1, G*n): -m, the running max, one per query
+            acc, l, full_tile = _tile(acc_buf, BH, Dv, G * n), _tile(l_buf, BH, 1, G * n), _tile(scores_buf, BH, width, G * n)
             k_end = min(S, i1 + offset) if causal else S
-            # causal with T > S: rows i < T - S see no key at all, their max stays -inf
+            # causal with T > S: queries i < T - S see no key at all
             unseen_rows = causal and i0 + offset < 0
-            for j0 in range(0, max(k_end, 0), bk):
-                j1 = min(j0 + bk, k_end)
-                s = _tile(scores_buf, BH, G * n, j1 - j0)  # (BH, G*n, j1-j0)
-                _baddbmm_(s, q_tile, kt[:, :, j0:j1], beta=0, alpha=scale2)  # S2 = Q_i K_j^T scale log2(e)
-                if causal and j1 - 1 > i0 + offset:  # only tiles crossing the diagonal are masked
-                    s.masked_fill_(future(n, j1 - j0, i0 + offset - j0), -math.inf)
-                torch.maximum(m, torch.amax(s, dim=-1, keepdim=True, out=m_new), out=m_new)  # max(m, rowmax)
-                if unseen_rows:
-                    m_new.masked_fill_(m_new == -math.inf, 0.0)  # exp2(-inf - 0) = 0: P and l stay 0
-                s.sub_(m_new).exp2_()  # P = exp2(S2 - m_new), in place
-                torch.sub(m, m_new, out=alpha).exp2_()  # alpha = exp2(m - m_new) rescales the old l and acc
-                torch.addcmul(torch.sum(s, dim=-1, keepdim=True, out=rowsum), alpha, l, out=l)  # rowsum(P) + alpha l
-                _baddbmm_(acc.mul_(alpha), s.to(v.dtype), vf[:, j0:j1])  # acc = alpha acc + P V_j
-                m, m_new = m_new, m  # the new max becomes the running one (no copy)
-            acc.div_(torch.where(l > 0, l, 1.0))  # the single division; rows that saw nothing stay 0
-            out[:, :, :, i0:i1] = acc.view(B, H_kv, G, n, Dv)
-            lse[:, :, :, i0:i1] = ((m + torch.log2(l)) * LN_2).view(B, H_kv, G, n)  # unseen rows: -inf
+            if k_end <= 0:  # not one key for the whole block: zeros, lse = -inf
+                acc.zero_(), l.zero_(), neg_m.zero_()
+            # First pass: m is the max of the first key tile and stays (no rowmax, no rescale);
+            # any m gives the same ratios exp(s - m) / l, so the result is exact unless a later
+            # score exceeded m by so much that exp overflowed: then the block is redone with the
+            # exact running max of FlashAttention-2 (exact=True), which never overflows.
+            for exact in (False, True):
+                neg_m.zero_()
+                for j0, k_j, vt_j in key_tiles:
+                    if j0 >= k_end:  # causal: the rest lies in the future
+                        break
+                    w = min(bk, k_end - j0)
+                    s, ones_j = full_tile, ones
+                    if w < width:  # a ragged last tile
+                        k_j, vt_j, ones_j, s = k_j[:, :w], vt_j[..., :w], ones[..., :w], _tile(scores_buf, BH, w, G * n)
+                    torch.bmm(k_j, q1.mT, out=s)  # S^T - m = scale k.q - m, (BH, keys, queries)
+                    mask = future(n, w, i0 + offset - j0) if causal and j0 + w - 1 > i0 + offset else None
+                    if j0 == 0 or exact:  # raise m to the tile's max: m_new = max(m, colmax(S^T))
+                        if mask is not None:
+                            s.masked_fill_(mask, -math.inf)
+                        rise = torch.amax(s, dim=1, keepdim=True)  # (BH, 1, G*n): tile max - m
+                        if j0 > 0:
+                            rise.clamp_(min=0.0)  # m only rises
+                        elif unseen_rows:
+                            rise.masked_fill_(rise == -math.inf, 0.0)  # exp(-inf - 0) = 0: P and l stay 0
+                        s.sub_(rise).exp_()  # P = exp(S - m_new)
+                        neg_m.sub_(rise)
+                        if j0 == 0:
+                            torch.bmm(ones_j, s, out=l)  # l = colsum(P^T)
+                            torch.bmm(vt_j, s, out=acc)  # acc^T = V_j^T P^T
+                            continue
+                        alpha = rise.neg_().exp_()  # exp(m - m_new) rescales the old l and acc
+                        l.mul_(alpha)
+                        acc.mul_(alpha)
+                    else:
+                        s.exp_()  # P = exp(S - m)
+                        if mask is not None:
+                            s.masked_fill_(mask, 0.0)  # future keys weigh nothing (after exp: no exp(-inf))
+                    l.baddbmm_(ones_j, s)  # l += colsum(P^T)
+                    acc.baddbmm_(vt_j, s)  # acc^T += V_j^T P^T
+                if exact or torch.isfinite(l.sum() + acc.sum()):  # an inf or nan anywhere makes the sum one
+                    break
+            grouped = partial(torch.Tensor.view, size=(B, H_kv, G, n, -1))  # (BH, ., G*n) -> (B, H_kv, G, n, .)
+            torch.sub(grouped(l.mT.log()), grouped(neg_m.mT), out=lse[:, :, :, i0:i1, None])  # m + log l; unseen rows: -inf
+            if unseen_rows:
+                l.masked_fill_(l == 0, 1.0)  # rows that saw nothing: acc = 0 stays 0
+            torch.div(grouped(acc.mT), grouped(l.mT), out=out[:, :, :, i0:i1])  # the single division
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.config = (causal, bq, bk, scale)
         return out, lse
