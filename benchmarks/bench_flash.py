@@ -22,7 +22,7 @@ Budgets at T = 8192, one thread (benchmarks/README.md): flash peak memory <= 2 %
 naive's, flash time <= 0.7 x naive (NumPy) and <= 1.0 x ``F.scaled_dot_product_attention``
 (torch, CPU). Timings on a shared machine are noisy: compare ratios, rerun.
 
-``--sweep`` times every tile shape (``block_q`` 128 .. 2048 x ``block_k`` 512 .. 8192) at
+``--sweep`` times every tile shape (``block_q`` 128 .. 2048 x ``block_k`` 128 .. 8192) at
 T = S = 8192, full and causal, each row interleaved with its own yardstick (naive for NumPy,
 SDPA for torch): the table behind the default tiles.
 
@@ -240,7 +240,7 @@ def run_ratios(backend, sizes, repeats, threads, clock):
 
 # Tile shapes of --sweep: query rows x keys per tile
 SWEEP_BLOCK_Q = (128, 256, 512, 1024, 2048)
-SWEEP_BLOCK_K = (512, 1024, 2048, 4096, 8192)
+SWEEP_BLOCK_K = (128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 def run_sweep(backend, T, repeats, threads, clock):

@@ -13,12 +13,13 @@ docstring first). The torch version adds
 
   - the running max rides along in the first product: with ``K1 = [k * scale, 1]`` and
     ``Q1 = [q, -m]`` (one extra column each), ``K1 Q1^T = S - m``, so no pass subtracts it;
-  - the max is taken from the first key tile of a query block and then kept, not
-    raised tile by tile: ``exp(s - m) / l`` is the same softmax for any ``m`` shared by
-    ``acc`` and ``l``, so the result stays exact, and a tile needs no row max and no
-    rescale. Only if a later score exceeds ``m`` by so much that ``exp`` overflows (some
-    ``acc`` or ``l`` is inf or nan, checked once per query block) is the block computed
-    again with the textbook running max of the loop below (``exact``), which cannot overflow;
+  - ``m`` starts as each query's score with the first key and is then kept, not raised
+    tile by tile: ``exp(s - m) / l`` is the same softmax for any ``m`` shared by ``acc`` and
+    ``l``, so the result stays exact while a tile needs no row max and no rescale. Only if a
+    score exceeds ``m`` by so much that ``exp`` overflows (some ``acc`` or ``l`` is inf or
+    nan, checked once per query tile) is that query tile computed again with the running
+    max of the loop in :func:`flash_attention` (``exact``), which keeps every
+    ``exp(s - m) <= 1``;
   - the score tile is stored transposed, keys down and queries across (``S^T = K1 Q1^T``,
     ``acc^T += V^T P^T``), so the per-query sums run down the columns, across contiguous
     queries;
@@ -41,13 +42,13 @@ from .masks import sliding_window_mask
 
 __all__ = ["flash_attention", "sliding_window_attention"]
 
-# Default tiles: the fastest shape on the course CPU at every T = S from 1024 to 8192, full
-# and causal (D = 64, float32, one thread; bench_flash.py --sweep and --ratios, figures in
-# benchmarks/README.md). Smaller tiles pay the Python and per-op overhead more often; larger
-# ones leave the L2 cache and waste more work on causal diagonal tiles. The 1 MiB float32
-# tile keeps peak memory < 1 % of the naive version's at T = S = 8192.
+# Default tiles: 512 queries x 256 keys (a 0.5 MiB float32 tile), the best compromise of the
+# shapes measured on the course CPU from T = S = 1024 to 8192, full and causal (D = 64, float32,
+# one thread; bench_flash.py --sweep and --ratios, figures in benchmarks/README.md): taller
+# query tiles help full attention a little and cost causal attention more (work wasted on
+# diagonal tiles); smaller ones pay the per-op overhead more often.
 DEFAULT_BLOCK_Q = 512
-DEFAULT_BLOCK_K = 512
+DEFAULT_BLOCK_K = 256
 # Query block of sliding_window_attention (benchmarks/bench_sliding_window.py).
 DEFAULT_WINDOW_BLOCK = 128
 
@@ -115,16 +116,17 @@ class _FlashAttention(torch.autograd.Function):
             neg_m = q1[..., D:].mT  # (BH, 1, G*n): -m, the running max, one per query
             acc, l, full_tile = _tile(acc_buf, BH, Dv, G * n), _tile(l_buf, BH, 1, G * n), _tile(scores_buf, BH, width, G * n)
             k_end = min(S, i1 + offset) if causal else S
-            # causal with T > S: queries i < T - S see no key at all
-            unseen_rows = causal and i0 + offset < 0
-            if k_end <= 0:  # not one key for the whole block: zeros, lse = -inf
-                acc.zero_(), l.zero_(), neg_m.zero_()
-            # First pass: m is the max of the first key tile and stays (no rowmax, no rescale);
-            # any m gives the same ratios exp(s - m) / l, so the result is exact unless a later
-            # score exceeded m by so much that exp overflowed: then the block is redone with the
-            # exact running max of FlashAttention-2 (exact=True), which never overflows.
+            # m starts as each query's score with the first key: never above its row's max, so
+            # l >= 1 for every query that sees key 0 (causal with T > S: queries i < T - S see no
+            # key at all; their P, l and acc stay 0)
+            neg_m.zero_()
+            torch.neg(torch.bmm(k1[:, :1], q1.mT), out=neg_m)
+            # First pass: m stays (no row max, no rescale): any m gives the same softmax
+            # exp(s - m) / l, so the result is exact unless a score exceeded m by so much that
+            # exp overflowed; then the block is redone with FlashAttention-2's running max
+            # (exact=True), which keeps every exp(s - m) <= 1.
             for exact in (False, True):
-                neg_m.zero_()
+                acc.zero_(), l.zero_()
                 for j0, k_j, vt_j in key_tiles:
                     if j0 >= k_end:  # causal: the rest lies in the future
                         break
@@ -134,21 +136,13 @@ class _FlashAttention(torch.autograd.Function):
                         k_j, vt_j, ones_j, s = k_j[:, :w], vt_j[..., :w], ones[..., :w], _tile(scores_buf, BH, w, G * n)
                     torch.bmm(k_j, q1.mT, out=s)  # S^T - m = scale k.q - m, (BH, keys, queries)
                     mask = future(n, w, i0 + offset - j0) if causal and j0 + w - 1 > i0 + offset else None
-                    if j0 == 0 or exact:  # raise m to the tile's max: m_new = max(m, colmax(S^T))
+                    if exact:  # m_new = max(m, colmax(S^T)); old l and acc rescaled by exp(m - m_new)
                         if mask is not None:
                             s.masked_fill_(mask, -math.inf)
-                        rise = torch.amax(s, dim=1, keepdim=True)  # (BH, 1, G*n): tile max - m
-                        if j0 > 0:
-                            rise.clamp_(min=0.0)  # m only rises
-                        elif unseen_rows:
-                            rise.masked_fill_(rise == -math.inf, 0.0)  # exp(-inf - 0) = 0: P and l stay 0
+                        rise = torch.amax(s, dim=1, keepdim=True).clamp_(min=0.0)  # m_new - m
                         s.sub_(rise).exp_()  # P = exp(S - m_new)
                         neg_m.sub_(rise)
-                        if j0 == 0:
-                            torch.bmm(ones_j, s, out=l)  # l = colsum(P^T)
-                            torch.bmm(vt_j, s, out=acc)  # acc^T = V_j^T P^T
-                            continue
-                        alpha = rise.neg_().exp_()  # exp(m - m_new) rescales the old l and acc
+                        alpha = rise.neg_().exp_()  # exp(m - m_new)
                         l.mul_(alpha)
                         acc.mul_(alpha)
                     else:
@@ -161,8 +155,8 @@ class _FlashAttention(torch.autograd.Function):
                     break
             grouped = partial(torch.Tensor.view, size=(B, H_kv, G, n, -1))  # (BH, ., G*n) -> (B, H_kv, G, n, .)
             torch.sub(grouped(l.mT.log()), grouped(neg_m.mT), out=lse[:, :, :, i0:i1, None])  # m + log l; unseen rows: -inf
-            if unseen_rows:
-                l.masked_fill_(l == 0, 1.0)  # rows that saw nothing: acc = 0 stays 0
+            if causal and i0 + offset < 0:  # some queries saw no key: acc = 0 stays 0
+                l.masked_fill_(l == 0, 1.0)
             torch.div(grouped(acc.mT), grouped(l.mT), out=out[:, :, :, i0:i1])  # the single division
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.config = (causal, bq, bk, scale)
@@ -232,6 +226,11 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
         acc = exp(m - m_new) * acc + P @ V_j
         out = acc / l                      (once, after the last key tile)
 
+    The forward pass first keeps ``m`` at each row's score with the first key
+    instead of raising it (the factor ``exp(m - m_new)`` is then 1 and the row max
+    is never taken; the ratios ``acc / l`` do not depend on ``m``), and runs the
+    loop above for a query tile only if that overflowed (module docstring).
+
     ``causal=True`` is aligned bottom-right (query i sees key j iff
     ``j <= i + S - T``); fully future key tiles are skipped and only diagonal
     tiles are masked; rows that see no key give zeros and ``lse = -inf``.
@@ -242,8 +241,8 @@ def flash_attention(q, k, v, *, causal=False, block_q=None, block_k=None, scale=
     plus one ``batch * H * block_q * block_k`` float32 score tile (and its
     gradient tile in the backward) and, causal, at most four boolean masks of
     diagonal tiles (the bytes of one more float32 tile).
-    ``block_q``/``block_k`` default to 512 and 512 (fastest measured on the
-    course CPU) and are clipped to T and S.
+    ``block_q``/``block_k`` default to 512 and 256 (measured on the course
+    CPU) and are clipped to T and S.
     """
     _check_tensors(q, k, v)
     batch, H, H_kv, group, T, S, D, Dv = check_qkv(q, k, v, grouped=True)
