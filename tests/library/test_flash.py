@@ -235,26 +235,31 @@ def test_hypothesis_torch_causal_flash_any_shape_any_tiles(T, S, bq, bk, group, 
         torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("T,S", [(24, 40), (40, 24)])
 @pytest.mark.parametrize("dtype,spread", [(torch.float32, 400.0), (torch.float64, 2000.0)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_torch_flash_scores_far_above_the_first_keys_overflow_nothing(dtype, spread, causal, device):
+def test_torch_flash_scores_far_above_the_first_keys_overflow_nothing(T, S, dtype, spread, causal, device):
     # Scores that rise by far more than exp's range (88 in float32, 709 in float64) after the
     # first keys, in every query tile: a loop that kept the first key's score as the max would
-    # give inf / nan; the result must still be exact attention, and lse finite.
+    # give inf / nan; the result must still be exact attention, and lse finite where a row
+    # sees a key (causal with T > S: the first T - S rows see none: zeros and -inf).
     torch.manual_seed(4)
-    T, S, D = 24, 40, 4
+    D = 4
     q = torch.rand(1, 2, T, D, dtype=torch.float64) + 1.0  # positive: the scores grow with k
     rising = torch.linspace(-1.0, 1.0, S, dtype=torch.float64)[:, None] * spread / D  # key j's entries
     k = rising + 0.1 * torch.randn(1, 2, S, D, dtype=torch.float64)  # scores rise by >= spread over the keys
     v = torch.randn(1, 2, S, 3, dtype=torch.float64)
-    visible = torch.tensor(causal_keys(T, S))
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=visible if causal else None)
-    scores = (q @ k.mT / D**0.5).masked_fill(~visible if causal else torch.zeros_like(visible), -torch.inf)
+    visible = torch.tensor(causal_keys(T, S)) if causal else torch.ones(T, S, dtype=torch.bool)
+    seen = visible.any(dim=-1)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+    expected_lse = torch.logsumexp((q @ k.mT / D**0.5).masked_fill(~visible, -torch.inf), dim=-1)
     tq, tk, tv = (x.to(dtype=dtype, device=device) for x in (q, k, v))
     out, lse = tref.flash_attention(tq, tk, tv, causal=causal, block_q=5, block_k=7, return_lse=True)
+    out, lse = out.cpu().double(), lse.cpu().double()
     tol = 1e-5 if dtype == torch.float32 else 1e-12
-    torch.testing.assert_close(out.cpu().double(), expected, rtol=tol, atol=tol)
-    torch.testing.assert_close(lse.cpu().double(), torch.logsumexp(scores, dim=-1), rtol=tol, atol=tol)
+    torch.testing.assert_close(out[..., seen, :], expected[..., seen, :], rtol=tol, atol=tol)
+    torch.testing.assert_close(lse[..., seen], expected_lse[..., seen], rtol=tol, atol=tol)
+    assert torch.all(out[..., ~seen, :] == 0) and torch.all(lse[..., ~seen] == -torch.inf)
 
 
 @pytest.mark.parametrize("causal", [False, True])
