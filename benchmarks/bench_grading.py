@@ -17,7 +17,9 @@ With ``--profile`` it grades a few submissions of each assignment (or of ``--ass
 in this process, as one ``--jobs 1`` worker would, and splits one submission's wall and CPU
 time (the sandboxed kernels' included) into the phases of grading: kernel start, set-up
 cells, the student's cells, judged calls (round trips and bytes), fresh kernels for memory
-checks, nbgrader's own preprocessors, the feedback page, recording (see :class:`Profile`).
+checks, nbgrader's own preprocessors, the feedback page, recording (see :class:`Profile`);
+and the kernels the worker started from its preflight to its end, per notebook: how many
+graded a notebook, ran a memory check, or were never used.
 
 Usage: python benchmarks/bench_grading.py [--assignment ID] [-n 100] [--jobs 2] [--rounds 1] [--skip-stock]
        [--scheduler tcp://HOST:8786 | --dask-workers 1,2]
@@ -222,6 +224,11 @@ class Profile:
     serves the notebook; a spare kernel's CPU up to the moment it is taken is its boot, so
     its start-up is charged to the boot row even though it ran while the previous notebook
     was graded. Round trips and bytes count the judge's requests to the kernels.
+
+    Kernels are counted from the preflight on: each one launched (``_launch``), and each one
+    an executor took to grade a notebook or to run a memory check (``_launched``, once the
+    preflight is over); the rest were never used (a kernel stopped after the preflight, a
+    spare left at the end).
     """
 
     def __init__(self):
@@ -229,7 +236,8 @@ class Profile:
         self.stack = ["other"]
         self.kernels = {}  # km -> CPU seconds already charged
         self.mark = (time.perf_counter(), time.process_time())
-        self.spares = 0
+        self.grading = False  # the preflight is over: a kernel taken now grades
+        self.launched = Counter()  # started, graded, measured
 
     def _charge(self):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -299,6 +307,13 @@ class Profile:
                   lambda cell, ns: PHASES[2] if is_setup_cell(cell) else PHASES[5])
         self.wrap(LE, "measure_call", PHASES[6])
         self.wrap(LE, "_launch", PHASES[0])
+        launch = LE._launch
+
+        def counted_launch(executor):
+            profile.launched["started"] += 1
+            return launch(executor)
+
+        LE._launch = counted_launch
         self.wrap(LE, "_start", PHASES[1])
         self.wrap(LE, "_stop", PHASES[7])
         self.wrap(Autograde, "start", PHASES[8])
@@ -322,6 +337,8 @@ class Profile:
         def launched_kernel(executor):
             km = launched(executor)
             profile.adopt(km)  # the notebook's own kernel, or a memory check's
+            if profile.grading:
+                profile.launched["measured" if PHASES[6] in profile.stack else "graded"] += 1
             return km
 
         LE._launched = launched_kernel
@@ -376,19 +393,22 @@ def profile_assignment(assignment, measured=3):
                                 release_dir=str(release), workdir=str(workdir), limits=limits,
                                 run_id=run_id, socket_root=sockets)
             db = sqlite_url(template)
+            profile.launched.clear()
             fault = preflight(settings, db, workdir / "submitted")
             if fault:
                 raise SystemExit(f"no kernel starts here: {fault}")
+            profile.grading = True
             fixed = time.perf_counter() - start
             scores = []
             for i in range(measured + 1):
                 if i == 1:
                     before = profile.snapshot()
-                result = grade_student(settings, f"student{i:03d}", workdir, db)
+                result = grade_student(settings, f"student{i:03d}", workdir, db, more=i < measured)
                 driver.keep(root, class_db, assignment, result, run_id)
                 scores.append((result.score, result.status))
             after = profile.snapshot()
         finally:
+            profile.grading = False
             Spare.discard()
             kill_run_cgroups(run_id)
             shutil.rmtree(sockets, ignore_errors=True)
@@ -399,17 +419,22 @@ def profile_assignment(assignment, measured=3):
             log.close()
     rows = {name: [(a - b) / measured for a, b in zip(after[name], before[name])]
             for name in PHASES}
-    return fixed, rows, scores
+    return fixed, rows, scores, dict(profile.launched)
 
 
 PROFILE = Profile()
 
 
-def print_profile(assignment, fixed, rows, scores):
+def print_profile(assignment, fixed, rows, scores, kernels):
     total = [sum(row[i] for row in rows.values()) for i in range(4)]
-    print(f"\n{assignment}: one submission, --jobs 1, mean of {len(scores) - 1} after a warm-up "
+    n = len(scores)
+    started, graded, measured = (kernels.get(k, 0) for k in ("started", "graded", "measured"))
+    print(f"\n{assignment}: one submission, --jobs 1, mean of {n - 1} after a warm-up "
           f"(load average {os.getloadavg()[0]:.1f}); fixed start of a run {fixed:.1f} s; "
           f"scores {sorted(set(scores))}")
+    print(f"kernels started for the worker's {n} notebooks, preflight to end: {started} "
+          f"({started / n:.2f} per notebook): {graded} graded a notebook, {measured} ran a memory "
+          f"check, {started - graded - measured} never used; CPU s per notebook {total[1]:.2f}")
     print(f"{'phase':45} {'wall s':>7} {'CPU s':>7} {'trips':>6} {'bytes':>9}")
     for name, (wall, cpu, trips, size) in list(rows.items()) + [("total", total)]:
         if name == "total" or wall > 0.0005 or cpu > 0.0005 or trips:

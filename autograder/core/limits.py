@@ -7,8 +7,9 @@ the workers, the executor, the sandbox launcher and the course's
 the sandbox launcher as JSON in one environment variable.
 """
 
+import os
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..sandbox.limits import SandboxLimits
 
@@ -64,3 +65,61 @@ class Limits:
     def environment(self):
         """How the sandbox's part reaches the launcher: ``{AUTOGRADER_LIMITS: json}``."""
         return self.sandbox().environment()
+
+
+RETRIES_ENV = "AUTOGRADER_RETRIES"  # the grade process's environment variable that sets Retries
+
+
+@dataclass(frozen=True)
+class Retries:
+    """How hard the grading host tries before a failure is its own fault, never a student's.
+
+    * ``kernel_start_tries``: a kernel that does not come up (no reply to ``kernel_info``
+      within the start-up timeout, its process dead) is tried this often, at least once;
+      then the notebook is the host's fault
+      (:class:`~autograder.judge.execute.KernelStartError`) and, in a worker's preflight,
+      the run stops;
+    * ``kernel_start_pause``: seconds between two tries.
+
+    The defaults suit a grading host; ``AUTOGRADER_RETRIES`` in the environment of
+    ``python -m autograder grade`` overrides them for the whole run, Dask workers included
+    (they receive them with the run's settings), e.g.
+    ``AUTOGRADER_RETRIES="kernel_start_tries=1,kernel_start_pause=0"`` (what the fault
+    tests use: an injected fault is certain, a retry would only wait for it again).
+    """
+
+    kernel_start_tries: int = 3
+    kernel_start_pause: float = 1.0
+
+    def __post_init__(self):
+        if type(self.kernel_start_tries) is not int or self.kernel_start_tries < 1:
+            raise ValueError(f"kernel_start_tries={self.kernel_start_tries!r}: a whole number >= 1")
+        if not isinstance(self.kernel_start_pause, (int, float)) or not 0 <= self.kernel_start_pause <= 60:
+            raise ValueError(f"kernel_start_pause={self.kernel_start_pause!r}: seconds from 0 to 60")
+
+    @classmethod
+    def parse(cls, text: str) -> "Retries":
+        """The settings spelled ``name=value,name=value`` (names of the fields; the others keep
+        their defaults); ``ValueError`` with one line naming what is wrong."""
+        kinds = {f.name: f.type for f in fields(cls)}
+        values = {}
+        for part in (p.strip() for p in text.split(",")):
+            name, equals, value = part.partition("=")
+            if not equals or name.strip() not in kinds:
+                raise ValueError(f"{RETRIES_ENV}: {part!r} is not one of "
+                                 f"{', '.join(f'{n}=VALUE' for n in kinds)}")
+            try:
+                values[name.strip()] = (int if kinds[name.strip()] in (int, "int") else float)(value)
+            except ValueError:
+                raise ValueError(f"{RETRIES_ENV}: {name.strip()}={value!r} is not a number") from None
+        try:
+            return cls(**values)
+        except ValueError as error:
+            raise ValueError(f"{RETRIES_ENV}: {error}") from None
+
+    @classmethod
+    def from_environment(cls, environ=None) -> "Retries":
+        """The settings of ``environ`` (default ``os.environ``): the defaults without
+        :data:`RETRIES_ENV`; ``ValueError`` (one line) if it is malformed."""
+        text = (os.environ if environ is None else environ).get(RETRIES_ENV, "").strip()
+        return cls.parse(text) if text else cls()

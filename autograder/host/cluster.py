@@ -161,11 +161,11 @@ class DaskCluster:
         self.plugin = plugin
         return IN_FLIGHT_PER_THREAD * worker_threads(self.client)
 
-    def submit(self, student):
+    def submit(self, student, more):
         settings = self.settings
         key = f"grade-{settings.run_id}-{student}"
         graph = grading_task(key, self.plugin.name, student,
-                             handed_in(settings.root, settings.assignment, student))
+                             handed_in(settings.root, settings.assignment, student), more)
         future = self.client.get(graph, key, sync=False, retries=0)
         self.running[student] = (future, monotonic())
 

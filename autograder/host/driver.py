@@ -45,7 +45,7 @@ import signal
 import socket
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from time import monotonic
@@ -56,7 +56,7 @@ from ..core.cells import grade_id, is_test_cell
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
                               lock_holder, open_gradebook, record, sqlite_url, standings, writing)
-from ..core.limits import Limits
+from ..core.limits import Limits, Retries
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, STAMP, SUBMITTED, default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, late_note, load_settings
 from ..core.results import Status
@@ -284,6 +284,7 @@ class Job:
     course: CourseSettings     # due dates and late policies
     roster: list[RosterEntry] | None  # roster.csv, when the course has one
     limits: Limits
+    retries: Retries = field(default_factory=Retries)  # AUTOGRADER_RETRIES of the environment
     jobs: int = 1              # grading slots: local workers, or the cluster's threads
     sandboxed: bool = True
     force: bool = False
@@ -352,6 +353,7 @@ def read_job(assignment, root, db_url, limits, students, late_policy):
     try:
         check_url(db_url)
         course = load_settings(root)
+        retries = Retries.from_environment()
         roster = read_roster(root / ROSTER) if (root / ROSTER).is_file() else None
     except (GradebookError, ValueError) as error:
         raise SystemExit(str(error)) from None
@@ -369,7 +371,7 @@ def read_job(assignment, root, db_url, limits, students, late_policy):
         raise SystemExit(f"{root / ROSTER} matches none of the {len(names)} student folder(s) under "
                          f"{root / SUBMITTED}: its student_id column must hold those folder names "
                          f"(columns expected: {', '.join(ROSTER_COLUMNS)})")
-    return Job(assignment, root, db_url, names, course, roster, limits)
+    return Job(assignment, root, db_url, names, course, roster, limits, retries)
 
 
 def grading_slots(client, jobs, sandboxed):
@@ -453,7 +455,7 @@ def prepare(job, workdir, sockets):
     release, template = student_version(job.assignment, job.root, job.db_url, workdir)
     settings = Settings(
         root=str(job.root), assignment=job.assignment, template_db=str(template),
-        release_dir=str(release), workdir=str(workdir), limits=job.limits,
+        release_dir=str(release), workdir=str(workdir), limits=job.limits, retries=job.retries,
         sandboxed=job.sandboxed, run_id=run_id(workdir), course=job.course, socket_root=sockets)
     if job.roster:
         sync_roster(job.db_url, job.roster)

@@ -58,9 +58,9 @@ class Worker:
         if start.fault:
             raise HostFault(f"no grading kernel can start on this host: {start.fault}")
 
-    def send(self, student):
+    def send(self, student, more):
         self.student, self.started = student, monotonic()
-        self.conn.send(student)
+        self.conn.send((student, more))
 
     def receive(self):
         """Its student's result if one came (an error result if the worker's answer is not
@@ -113,8 +113,8 @@ class LocalWorkers:
             w.ready(max(1.0, PREFLIGHT_SECONDS - (monotonic() - w.started)))
         return len(self.workers)
 
-    def submit(self, student):
-        next(w for w in self.workers if w.student is None).send(student)
+    def submit(self, student, more):
+        next(w for w in self.workers if w.student is None).send(student, more)
 
     def finished(self, timeout):
         busy = [w for w in self.workers if w.student is not None]

@@ -80,8 +80,9 @@ class Transport(Protocol):
     def start(self, count: int) -> int:
         """Make ready to grade ``count`` students; return how many may be in flight at once."""
 
-    def submit(self, student: str) -> None:
-        """Start grading ``student`` in a free slot."""
+    def submit(self, student: str, more: bool) -> None:
+        """Start grading ``student`` in a free slot; ``more``: whether students still wait
+        after it (if not, what grades it starts no kernel for a next one)."""
 
     def finished(self, timeout: float) -> list[StudentResult]:
         """Results that came back within ``timeout`` seconds (a worker that died: its error)."""
@@ -109,7 +110,7 @@ def run_schedule(transport: Transport, students, watchdog: float, on_result) -> 
         def fill_window():
             while pending and len(running) < window:
                 student = pending.popleft()
-                transport.submit(student)
+                transport.submit(student, more=bool(pending))
                 running[student] = monotonic()
 
         fill_window()

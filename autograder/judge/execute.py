@@ -40,7 +40,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Integer
 
 from ..core.cells import grade_id, is_setup_cell, is_test_cell, visible_source
-from ..core.limits import Limits
+from ..core.limits import Limits, Retries
 from ..core.results import LimitKind
 from ..kernel.probe import Op
 from ..sandbox.cgroups import MemoryMeter, MeterUnavailable
@@ -57,8 +57,6 @@ def events(nb):
     return list(nb.metadata.get(EVENTS_KEY, {}).get("events", []))
 
 PROBE_SECONDS = 2.0  # how long an interrupted kernel may take to answer again
-KERNEL_START_TRIES = 3    # a kernel that does not come up is tried again this often ...
-KERNEL_START_PAUSE = 1.0  # ... this many seconds apart; then it is the host's fault
 
 
 class GradingHostFault(BaseException):
@@ -71,7 +69,8 @@ class GradingHostFault(BaseException):
 class KernelStartError(GradingHostFault):
     """No grading kernel could start: a fault of the grading host, never of the student.
 
-    Raised after :data:`KERNEL_START_TRIES` tries (the sandbox cannot run, a broken
+    Raised after ``LimitedExecute.kernel_start_tries`` tries (the run's
+    :class:`~autograder.core.limits.Retries`: the sandbox cannot run, a broken
     virtualenv, socket paths, the host's memory): a fresh kernel holds nothing of the
     student, so the student cannot be the cause. A ``BaseException``, as ``KeyboardInterrupt``
     is: nbgrader's converters turn every ``Exception`` of a notebook into a generic failure
@@ -152,9 +151,17 @@ class Spare:
     kernel starts (it is a separate process, so its start-up overlaps the grading),
     and nothing of any student has entered it when it is taken. Only the driver's
     workers keep a spare (``LimitedExecute.spare_kernel``); :meth:`discard` kills it.
+
+    No kernel is started for nothing: the worker's preflight kernel is the first spare
+    (:func:`autograder.worker.pipeline.preflight`), and a kernel taken launches the next
+    spare only while :attr:`wanted`, which the worker sets for each student from what the
+    driver said: whether more students wait in the run's queue. So a worker that grades N
+    notebooks starts N kernels, N + 1 if the queue's last student went to another worker
+    (and one more for each memory check and each kernel replaced, which all grade).
     """
 
     km = None
+    wanted = True  # another notebook follows the one being graded (the worker's last: False)
 
     @classmethod
     def take(cls):
@@ -202,6 +209,11 @@ class LimitedExecute(Execute):
     output_limit = Integer(Limits.output_limit, help="Bytes of output kept per cell.").tag(config=True)
     spare_kernel = Bool(False, help="Start the next notebook's kernel while this one is graded "
                                     "(for processes that grade one notebook after another).").tag(config=True)
+    kernel_start_tries = Integer(Retries.kernel_start_tries, min=1,
+                                 help="Tries to start a kernel before it is the host's fault "
+                                      "(autograder.core.limits.Retries).").tag(config=True)
+    kernel_start_pause = Float(Retries.kernel_start_pause, min=0.0,
+                               help="Seconds between two tries to start a kernel.").tag(config=True)
 
     def __init__(self, **kw):
         super().__init__(**kw)
@@ -399,13 +411,14 @@ class LimitedExecute(Execute):
 
     def _launched(self):
         """The spare kernel if there is a live one, else a new one; then launch the next spare
-        (a spare that cannot launch is left out: the next notebook launches its own)."""
+        if another notebook will want it (:attr:`Spare.wanted`; a spare that cannot launch is
+        left out: the next notebook launches its own)."""
         km = Spare.take() if self.spare_kernel else None
         if km is None or not run_sync(km.is_alive)():
             if km is not None:
                 _shut(km)  # a dead spare
             km = self._launch()
-        if self.spare_kernel:
+        if self.spare_kernel and Spare.wanted:
             try:
                 Spare.keep(self._launch())
             except Exception as error:  # noqa: BLE001 - this notebook's kernel is up
@@ -429,17 +442,19 @@ class LimitedExecute(Execute):
         return self._tried(start)
 
     def _tried(self, start):
-        """``start()``, tried :data:`KERNEL_START_TRIES` times; KernelStartError after that."""
-        for attempt in range(1, KERNEL_START_TRIES + 1):
+        """``start()``, tried :attr:`kernel_start_tries` times, :attr:`kernel_start_pause`
+        seconds apart; KernelStartError after that."""
+        tries = self.kernel_start_tries
+        for attempt in range(1, tries + 1):
             try:
                 return start()
             except Exception as error:  # noqa: BLE001 - whatever stops a kernel: try again
                 reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
                 self.log.error("grading kernel failed to start (try %d of %d): %s",
-                               attempt, KERNEL_START_TRIES, reason)
-            if attempt < KERNEL_START_TRIES:
-                sleep(KERNEL_START_PAUSE)
-        raise KernelStartError(f"no grading kernel could start ({KERNEL_START_TRIES} tries): {reason}")
+                               attempt, tries, reason)
+            if attempt < tries:
+                sleep(self.kernel_start_pause)
+        raise KernelStartError(f"no grading kernel could start ({tries} tries): {reason}")
 
     def _get_timeout(self, cell):
         return self._cell_timeout if cell is not None else self.timeout
@@ -481,7 +496,7 @@ class LimitedExecute(Execute):
 
         Every wait is bounded (``startup_timeout``; a kernel whose process dies is given up
         at once). A kernel that does not come up is tried again; after
-        :data:`KERNEL_START_TRIES` tries :class:`KernelStartError` ends the notebook: the
+        :attr:`kernel_start_tries` tries :class:`KernelStartError` ends the notebook: the
         host's fault, which must not become the student's scores.
         """
         def start():
@@ -499,6 +514,17 @@ class LimitedExecute(Execute):
             return True
 
         return self._tried(start)
+
+    def hand_over(self):
+        """The kernel manager of the kernel :meth:`_start` started, this client's channels
+        closed, for another executor to take (the preflight's kernel, which has run nothing
+        but ``kernel_info``, becomes the first notebook's: :class:`Spare`); this executor
+        forgets it."""
+        km, kc = self.km, self.kc
+        self.km, self.kc = None, None
+        if kc is not None:
+            kc.stop_channels()
+        return km
 
     def _stop(self):
         """Kill the kernel and everything it started; forget the client."""

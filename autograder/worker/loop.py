@@ -2,9 +2,10 @@
 
 :func:`main` is the whole process: it arms itself to die with the driver, leaves signals to
 the driver, sends everything it and its kernels print to its own log file, and then answers
-one student id after another on its pipe with that student's
+one ``(student id, more)`` after another on its pipe with that student's
 :class:`~autograder.core.results.StudentResult`, as its ``to_dict()`` (:func:`autograder.worker.pipeline.grade_student`,
-in its own scratch gradebook), until it receives None. Its first word is a
+in its own scratch gradebook; ``more``: whether students still wait in the driver's queue), until it
+receives None. Its first word is a
 :class:`~autograder.core.results.WorkerStart` (its ``to_dict()`` too): whether its first kernel could start
 (:func:`autograder.worker.pipeline.preflight`); a worker whose kernel cannot start ends there. The driver's end of the pipe is
 :class:`autograder.host.pool.Worker`.
@@ -38,8 +39,8 @@ def main(conn, settings, index):
 
 
 def serve(conn, settings, index):
-    """Worker loop: say whether kernels start, then receive student ids on ``conn`` and send
-    back results; None stops."""
+    """Worker loop: say whether kernels start, then receive ``(student id, more)`` on ``conn``
+    and send back results; None stops."""
     workdir = Path(settings.workdir) / f"worker{index}"
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "gradebook.db"
@@ -61,7 +62,8 @@ def serve(conn, settings, index):
         conn.send(WorkerStart(fault or "").to_dict())
         if fault:
             return
-        while (student := conn.recv()) is not None:
-            conn.send(grade_student(settings, student, workdir, db_url).to_dict())
+        while (work := conn.recv()) is not None:
+            student, more = work
+            conn.send(grade_student(settings, student, workdir, db_url, more=more).to_dict())
     finally:
         Spare.discard()

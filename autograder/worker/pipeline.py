@@ -25,7 +25,7 @@ from time import monotonic
 import nbformat
 
 from ..core.gradebook import forget_submission, keep_engines_in_nbgrader, make_scratch, read_scores
-from ..core.limits import Limits
+from ..core.limits import Limits, Retries
 from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
                                     course_config)
 from ..core.policy import CourseSettings, apply_late_policy, late_note
@@ -47,6 +47,7 @@ class Settings:
     release_dir: str       # student version, generated for this run
     workdir: str           # scratch space of the whole run (no kernel can see it)
     limits: Limits = field(default_factory=Limits)
+    retries: Retries = field(default_factory=Retries)  # how often kernels are tried (the host's)
     sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
     run_id: str = ""        # names this run's kernel cgroups, so the driver can kill them all
     course: CourseSettings = field(default_factory=CourseSettings)  # due dates, late policy
@@ -65,6 +66,8 @@ def autograde_config(settings, db_url, student, scratch):
     if settings.socket_root:  # else the kernel manager's own short default, not TMPDIR
         c.SandboxedKernelManager.socket_root = settings.socket_root
     c.LimitedExecute.spare_kernel = True  # this worker grades notebook after notebook
+    c.LimitedExecute.kernel_start_tries = settings.retries.kernel_start_tries
+    c.LimitedExecute.kernel_start_pause = settings.retries.kernel_start_pause
     return c
 
 
@@ -75,10 +78,12 @@ def preflight(settings, db_url, scratch):
     Dask worker's plugin), so a host that cannot run kernels at all (no sandbox, a broken
     virtualenv, socket paths, no memory) stops the run in seconds with one line instead of
     failing every student; the line ends with the last thing the kernel printed (it runs
-    no student code, so that is the sandbox's or Python's word). Bounded:
-    :data:`autograder.judge.execute.KERNEL_START_TRIES` tries of at most
-    :data:`PREFLIGHT_STARTUP` seconds each. Then it launches the process's spare kernel,
-    which the first notebook takes. Before all that it readies the process's nbgrader: one
+    no student code, so that is the sandbox's or Python's word; the kernel's stderr goes to
+    ``preflight.log`` beside ``scratch``). Bounded: ``settings.retries.kernel_start_tries``
+    tries of at most :data:`PREFLIGHT_STARTUP` seconds each. The kernel that answered has
+    run nothing but ``kernel_info``: it becomes the process's spare
+    (:class:`autograder.judge.execute.Spare`), which the first notebook takes, so no kernel
+    is started for the preflight alone. Before all that it readies the process's nbgrader: one
     schema validator per schema, one SQLAlchemy engine per gradebook
     (:func:`autograder.core.gradebook.keep_engines_in_nbgrader`), and a scratch gradebook at
     ``db_url`` whose commits do not wait for the disk
@@ -102,16 +107,13 @@ def preflight(settings, db_url, scratch):
         executor._start()
     except KernelStartError as error:
         last = [line for line in last_bytes(said).splitlines() if line.strip()][-1:]
-        return f"{error}" + (f" (the kernel said: {printable(last[0].strip()[:200])})" if last else "")
-    finally:
         executor._stop()
         said.unlink(missing_ok=True)
-    spare = LimitedExecute(config=autograde_config(settings, db_url, INTERNAL_ID, scratch))
-    spare.kernel_name = executor.kernel_name
-    try:
-        Spare.keep(spare._launch())
-    except Exception as error:  # noqa: BLE001 - the first notebook launches its own
-        logging.getLogger("autograder").warning("spare kernel: %s", error)
+        return f"{error}" + (f" (the kernel said: {printable(last[0].strip()[:200])})" if last else "")
+    except BaseException:
+        executor._stop()
+        raise
+    Spare.keep(executor.hand_over())
     return None
 
 
@@ -344,18 +346,22 @@ def collect_files(scratch_root, student, assignment, needs_manual, late=None):
     return files
 
 
-def grade_student(settings, student, workdir, db_url, submission=None):
+def grade_student(settings, student, workdir, db_url, submission=None, more=True):
     """Autograde one student and render their feedback, all in ``workdir``; a StudentResult.
 
     Nothing is written under the course root: the driver records the scores and
     writes the returned files, so the gradebook and the files on disk always agree.
+    ``more``: whether students still wait in the run's queue (the driver says, see
+    :func:`autograder.host.schedule.run_schedule`); without them, this student's last
+    notebook launches no spare kernel (:class:`autograder.judge.execute.Spare`).
     """
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from ..judge.execute import GradingHostFault, events, flags
+    from ..judge.execute import GradingHostFault, Spare, events, flags
 
     start = monotonic()
+    Spare.wanted = more or len(list(Path(settings.release_dir).glob("*.ipynb"))) > 1
     scratch = Path(workdir) / "submitted"
     out = Path(workdir) / "out"
     shutil.rmtree(out, ignore_errors=True)

@@ -48,8 +48,8 @@ class GradingPlugin(WorkerPlugin):
     ``setup`` also does what a local worker does before its first student: nbgrader and
     the executor imported, a kernel started and waited for (:func:`pipeline.preflight`: a
     worker where no kernel can start fails its setup, and the client stops the run with one
-    line), and a sandboxed kernel launched and waiting (the *spare*, which the first
-    notebook takes; :class:`autograder.judge.execute.Spare`).
+    line); that kernel then waits as the *spare*, which the first notebook takes
+    (:class:`autograder.judge.execute.Spare`).
     """
 
     def __init__(self, payload):
@@ -126,13 +126,13 @@ class GradingPlugin(WorkerPlugin):
     def db_url(self):
         return sqlite_url(self.grader_dir() / "gradebook.db")
 
-    def grade(self, student, submission):
+    def grade(self, student, submission, more=True):
         """Grade one submission (an :class:`autograder.worker.intake.Submission`, read by the
-        client) in this worker's scratch course."""
+        client) in this worker's scratch course; ``more``: whether the run has students after it."""
         with _GRADING:
             self.enter()
             return pipeline.grade_student(self.settings, student, self.grader_dir(), self.db_url(),
-                                          submission=submission).to_dict()
+                                          submission=submission, more=more).to_dict()
 
 
 _GRADING = threading.Lock()  # one submission at a time per worker process, whatever the run
@@ -142,12 +142,14 @@ class _State:
     run = None  # the plugin whose environment (and spare kernel) this worker process has
 
 
-def grade_task(plugin_name, student, submission):
+def grade_task(plugin_name, student, submission, more=True):
     """The Dask task: grade ``student``'s ``submission`` with this worker's plugin of the run;
-    its :class:`~autograder.core.results.StudentResult` as ``to_dict()``."""
+    its :class:`~autograder.core.results.StudentResult` as ``to_dict()``. ``more``: whether the
+    run's queue held students after it when it was submitted (if not, the worker launches no
+    spare kernel after it)."""
     from distributed import get_worker
 
-    return get_worker().plugins[plugin_name].grade(student, submission)
+    return get_worker().plugins[plugin_name].grade(student, submission, more)
 
 
 def grader_digest():

@@ -4,14 +4,18 @@ The toy fixture's class of three (``correct``, ``partial``, and ``zlate``, whose
 no ``timestamp.txt`` and is graded last by the same worker) is graded from a course folder
 nested deep under a ``TMPDIR`` of 200 characters: the kernels' Unix sockets must not depend
 on either, and ``zlate`` must be late (the time of grading counts without a
-``timestamp.txt``), not take its classmate's submission time. Then the same class is graded
+``timestamp.txt``), not take its classmate's submission time; a ``bwrap`` first on PATH
+counts the kernels: a worker starts one per notebook (its preflight kernel grades the first,
+no spare follows the last). Then the same class is graded
 again on a broken host: a ``bwrap`` that cannot start kernels (all of them: the run stops
-within a minute, one line, exit 1; or all but the first: the students are ``error``, the
-circuit breaker stops the run), a broken kernel boot, a full ``autograded/`` (a small tmpfs),
+within a minute, one line, exit 1; or all but the first: the students it could not grade
+are ``error``, the host's fault, their grades kept), a broken kernel boot, a full ``autograded/`` (a small tmpfs),
 a read-only ``feedback/`` (a read-only bind mount: root ignores mode bits) and a grading
 worker killed with SIGKILL mid-student. Each time: one line and no traceback, the earlier
 grades stay in the gradebook (no zeros recorded), the run ends within its bound, and the
-next ``grade`` finishes the rest with the scores of an undisturbed run.
+next ``grade`` finishes the rest with the scores of an undisturbed run. Every run tries a
+kernel once (``AUTOGRADER_RETRIES``): an injected fault is certain, a retry only waits for it
+again.
 """
 
 import csv
@@ -43,6 +47,7 @@ MISSING = unavailable_reason()
 AS_ROOT = os.geteuid() == 0
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 needs_root = pytest.mark.skipif(not AS_ROOT, reason="mounting a small file system needs root")
+FASTEST = {"AUTOGRADER_RETRIES": "kernel_start_tries=1,kernel_start_pause=0"}
 
 
 def long_folder(base, length):
@@ -57,7 +62,7 @@ def long_folder(base, length):
 def run_grade(root, *args, env=None, grader=REPO, timeout=600):
     """``python -m autograder grade toy`` in ``root`` (the grader from ``grader``): the process,
     its seconds."""
-    env = {**os.environ, **(env or {}), "PYTHONPATH": str(grader)}
+    env = {**os.environ, **FASTEST, **(env or {}), "PYTHONPATH": str(grader)}
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade", AID, "--root", str(root),
                            "--no-progress", *args], cwd=root, env=env, capture_output=True,
@@ -112,10 +117,11 @@ def course(tmp_path_factory):
         if student != "zlate":
             (folder / "timestamp.txt").write_text(ON_TIME)
     tmpdir = long_folder(base / "tmp", 200)
-    proc, seconds = run_grade(root, "--jobs", "1", env={"TMPDIR": str(tmpdir)})
+    counting = fake_bwrap(base / "bin", passes=10**6)
+    proc, seconds = run_grade(root, "--jobs", "1", env={"TMPDIR": str(tmpdir), **counting})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return dict(root=root, klass=klass, tmpdir=tmpdir, base=base, seconds=seconds,
-                graded=scores(root), out=proc.stdout)
+                graded=scores(root), out=proc.stdout, kernels=kernels_started(base / "bin"))
 
 
 def assert_grades_kept(course, times=True):
@@ -161,9 +167,15 @@ def test_a_submission_without_timestamp_is_late_not_its_classmates_time(course):
 
 
 # -- a sandbox that cannot start kernels --------------------------------------------------------
+def kernels_started(folder):
+    """How many kernels the :func:`fake_bwrap` in ``folder`` was asked to start."""
+    return len((folder / "kernels").read_text().splitlines())
+
+
 def fake_bwrap(folder, passes):
     """A ``bwrap`` first on PATH that starts ``passes`` kernels (the real bwrap), then fails
-    every kernel; the launcher's availability probe still works."""
+    every kernel, and counts them (:func:`kernels_started`); the launcher's availability
+    probe still works."""
     folder.mkdir(parents=True, exist_ok=True)
     count = folder / "kernels"
     count.write_text("")
@@ -187,23 +199,37 @@ def test_no_kernel_can_start_stops_the_run_within_a_minute(course, tmp_path):
     assert_grades_kept(course)
 
 
-def test_kernels_that_stop_starting_make_errors_then_stop_the_run(course, tmp_path):
-    # the worker's preflight kernel starts; every later kernel fails
+def test_one_worker_starts_one_kernel_per_notebook(course):
+    """The preflight kernel grades the first student; each notebook launches the next one's
+    kernel while it is graded, the last none (the toy class has no memory checks)."""
+    assert course["kernels"] == len(course["graded"]) == 3
+
+
+def test_kernels_that_stop_starting_are_the_hosts_fault_never_a_grade(course, tmp_path):
+    """The worker's preflight kernel starts and grades the first student; every later kernel
+    fails: the other two are ``error`` with one line each, the host's fault, and keep their
+    grades; then a run of two workers grades them, starting one kernel more than notebooks
+    (the spare of the worker told that a student still waited, which the other took). Three
+    such errors in a row stop the run: ``test_memory_judge``, ``test_schedule``."""
     proc, seconds = run_grade(course["root"], "--jobs", "1", "--force",
                               env=fake_bwrap(tmp_path / "bin", passes=1))
-    one_line_stop(proc, "in a row could not be graded", "grading host")
+    one_line_stop(proc, "2 submission(s) not graded", "fault of the grading host",
+                  "no grading kernel could start (1 tries): ")
     assert seconds < 120
-    assert_grades_kept(course)
+    assert_grades_kept(course, times=False)
     found = rows(course["root"])
-    assert {r["status"] for r in found.values()} == {"error"}
+    assert sorted(r["status"] for r in found.values()) == ["error", "error", "ok"]
     for student, row in found.items():
-        assert "fault of the grading host" in row["error"] and "\n" not in row["error"]
+        assert row["status"] == "ok" or ("fault of the grading host" in row["error"]
+                                         and "\n" not in row["error"])
         assert float(row["score"]) == pytest.approx(course["graded"][student][0]
                                                     - course["graded"][student][1])
-    again, _ = run_grade(course["root"], "--jobs", "1")  # no stamps: the class again
+    counting = fake_bwrap(tmp_path / "count", passes=10**6)
+    again, _ = run_grade(course["root"], "--jobs", "2", env=counting)  # no stamps: those two
     assert again.returncode == 0, again.stderr[-3000:]
     assert_grades_kept(course, times=False)
     assert {r["status"] for r in rows(course["root"]).values()} == {"ok"}
+    assert kernels_started(tmp_path / "count") == 2 + 1
 
 
 def test_a_broken_kernel_boot_stops_the_run(course, tmp_path):

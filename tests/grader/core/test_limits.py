@@ -52,3 +52,53 @@ def test_anything_but_the_record_is_refused_in_one_line(text, message):
 def test_the_record_is_frozen():
     with pytest.raises(AttributeError):
         Limits().sandbox().memory_mb = 1
+
+
+# -- how hard the host tries: Retries ----------------------------------------------------------
+def test_retries_default_to_the_documented_values_and_read_the_environment():
+    from autograder.core.limits import RETRIES_ENV, Retries
+
+    assert RETRIES_ENV == "AUTOGRADER_RETRIES"
+    assert Retries.from_environment({}) == Retries(kernel_start_tries=3, kernel_start_pause=1.0)
+    assert Retries.from_environment({RETRIES_ENV: " "}) == Retries()
+    fastest = Retries.from_environment({RETRIES_ENV: "kernel_start_tries=1, kernel_start_pause=0"})
+    assert fastest == Retries(kernel_start_tries=1, kernel_start_pause=0.0)
+    assert Retries.parse("kernel_start_pause=0.25") == Retries(3, 0.25)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("tries=1", "'tries=1' is not one of kernel_start_tries=VALUE, kernel_start_pause=VALUE"),
+    ("kernel_start_tries", "is not one of"),
+    ("kernel_start_tries=0", "kernel_start_tries=0: a whole number >= 1"),
+    ("kernel_start_tries=2.5", "kernel_start_tries='2.5' is not a number"),
+    ("kernel_start_pause=-1", "kernel_start_pause=-1.0: seconds from 0 to 60"),
+    ("kernel_start_pause=1e9", "seconds from 0 to 60"),
+])
+def test_malformed_retries_are_one_line_naming_the_setting(text, message):
+    from autograder.core.limits import Retries
+
+    with pytest.raises(ValueError) as error:
+        Retries.parse(text)
+    assert str(error.value).startswith("AUTOGRADER_RETRIES: ") and message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_the_grader_applies_the_runs_retries_to_every_kernel_it_starts(tmp_path):
+    """The run's settings reach the executor's configuration, which ``_tried`` reads."""
+    from autograder.core.limits import Retries
+    from autograder.judge.execute import KernelStartError, LimitedExecute
+    from autograder.worker.pipeline import Settings, autograde_config
+
+    settings = Settings(root=str(tmp_path), assignment="toy", template_db="", release_dir="",
+                        workdir=str(tmp_path), retries=Retries(kernel_start_tries=2, kernel_start_pause=0))
+    executor = LimitedExecute(config=autograde_config(settings, "sqlite://", "s", tmp_path))
+    assert (executor.kernel_start_tries, executor.kernel_start_pause) == (2, 0.0)
+    tried = []
+
+    def start():
+        tried.append(1)
+        raise OSError("no bwrap")
+
+    with pytest.raises(KernelStartError, match=r"\(2 tries\): OSError: no bwrap"):
+        executor._tried(start)
+    assert len(tried) == 2

@@ -72,6 +72,21 @@ def test_bad_input_is_one_line_a_nonzero_exit_and_no_change(course, args, words)
     assert sorted(p.relative_to(course) for p in course.rglob("*")) == before
 
 
+def test_malformed_retry_settings_are_one_line_before_anything_is_graded(course):
+    """``AUTOGRADER_RETRIES`` (``core.limits.Retries``) is read with the course's files."""
+    folder = course / "submitted" / "alice" / "toy"
+    folder.mkdir(parents=True)
+    shutil.copy(course / "solutions" / "toy" / "toy.ipynb", folder / "toy.ipynb")
+    before = sorted(p.relative_to(course) for p in course.rglob("*"))
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", "toy", "--root", str(course),
+                           "--no-progress"], cwd="/", capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO),
+                               "AUTOGRADER_RETRIES": "kernel_start_tries=0"})
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "AUTOGRADER_RETRIES: kernel_start_tries=0: a whole number >= 1\n"
+    assert sorted(p.relative_to(course) for p in course.rglob("*")) == before
+
+
 def test_grade_on_a_terminal_says_at_once_what_it_prepares(course):
     """On a terminal, ``grade``'s first line comes before the grader is even imported (which
     takes seconds): it names the assignment and what is being prepared; bad input then is its

@@ -21,14 +21,16 @@ class Scripted:
     def __init__(self, slots, script, hang=()):
         self.slots, self.script, self.hang = slots, dict(script), set(hang)
         self.calls, self.running = [], []
+        self.more = {}  # student -> what submit was told: whether students waited after it
 
     def start(self, count):
         self.calls.append(("start", count))
         return min(self.slots, count)
 
-    def submit(self, student):
+    def submit(self, student, more):
         assert len(self.running) < self.slots, "the window was exceeded"
         self.calls.append(("submit", student))
+        self.more[student] = more
         self.running.append(student)
 
     def finished(self, timeout):
@@ -70,6 +72,17 @@ def test_a_freed_slot_gets_its_next_student_before_the_result_is_recorded():
                        ("submit", "c"), ("record", "a"),
                        ("submit", "d"), ("record", "b"),
                        ("record", "c"), ("record", "d"), ("stop",)]
+
+
+def test_only_the_queues_last_student_is_submitted_without_more_to_come():
+    """What grades the last student starts no spare kernel for a next one (N kernels for N
+    notebooks); every other submission says more students wait."""
+    t = Scripted(2, {})
+    run(t, list("abcde"))
+    assert t.more == {"a": True, "b": True, "c": True, "d": True, "e": False}
+    t = Scripted(3, {})
+    run(t, ["only"])
+    assert t.more == {"only": False}
 
 
 def test_no_students_start_nothing_and_stop():
