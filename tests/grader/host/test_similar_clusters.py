@@ -88,3 +88,8 @@ def test_no_pairs_no_section_and_more_than_ten_clusters_are_counted():
     lines = out.getvalue().split("Similar to a classmate")[1].splitlines()
     assert sum(line.startswith("  2 students: ") for line in lines) == summary.CLUSTERS_SHOWN
     assert "  and 3 more cluster(s)" in lines
+
+
+def test_a_cluster_line_shows_ids_and_function_names_as_text():
+    line = summary.cluster_line(["ada\x1b[2J", "bo\u202eb"], [("f\rg", 1, 0.95)])
+    assert line == "2 students: ada\\x1b[2J, bo\\u202eb: f\\x0dg (95%)"
