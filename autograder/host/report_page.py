@@ -1,4 +1,4 @@
-"""The report's pages: self-contained HTML with inline SVG figures, a table beside each.
+"""The report's pages: self-contained HTML with inline SVG figures, a table with each.
 
 A page loads nothing: its figures are inline SVG (matplotlib, text kept as text so that it
 scales, can be read by a screen reader and copied), its only image data a ``data:`` URI
@@ -57,7 +57,7 @@ def phone_text_px(width_in=FIG_WIDTH_IN, text_pt=MIN_TEXT_PT, column_px=PHONE_CO
     return text_pt * 96 / 72 * min(1.0, column_px / natural_px)
 
 
-LABEL_CHARS = 18            # longer tick labels are cut (the table beside has them whole)
+LABEL_CHARS = 18            # longer tick labels are cut (the table with it has them whole)
 
 
 def short(label, limit=LABEL_CHARS):

@@ -387,7 +387,7 @@ def test_downloaded_chapters_read_and_run_in_jupyterlab(jupyterlab):  # noqa: F8
     if not CHROMIUM.is_file():
         pytest.skip("Chromium not found at /usr/bin/chromium (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.book.test_site_browser import CHROMIUM_FLAGS
+    from tests.book.test_site_browser import loopback_chromium
 
     base, token, work = jupyterlab
     expected = {}
@@ -404,20 +404,8 @@ def test_downloaded_chapters_read_and_run_in_jupyterlab(jupyterlab):  # noqa: F8
         expected[stem] = (page_counts(stem), source_counts(stem))
     order = sorted(CHAPTERS, key=lambda s: -(work / download_name(f"chapters/{s}")).stat().st_size)
     report = {}
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=CHROMIUM_FLAGS)
-        offsite = []
-
-        def guard(route):
-            if urlsplit(route.request.url).hostname != "127.0.0.1":
-                offsite.append(route.request.url)
-                return route.abort()
-            return route.continue_()
-
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.route("**/*", guard)
+    with loopback_chromium() as chromium:
+        with chromium.new_context(viewport={"width": 1280, "height": 900}) as context:
             for pair in (order[i:i + 2] for i in range(0, len(order), 2)):
                 tabs = {}
                 for stem in pair:   # open both, check them as downloaded, start Run All
@@ -465,8 +453,6 @@ def test_downloaded_chapters_read_and_run_in_jupyterlab(jupyterlab):  # noqa: F8
                     assert notebook_counts(ran) == (figures, tables), stem
                     assert not MYST_TEXT.search(after["text"]) and after["mathErrors"] == 0, stem
                     tab.close()
-        finally:
-            browser.close()
     print("\nafter Run All (figures, tables, page figures, page tables, s):", report)
     assert sorted(report) == sorted(CHAPTERS)
-    assert not offsite, offsite
+    assert not chromium.offsite, chromium.offsite
