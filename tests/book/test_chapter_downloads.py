@@ -373,7 +373,11 @@ def run_all_finished(tab, path, timeout=480):
         tab.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^File$")).click()
         tab.locator(".lm-Menu-itemLabel", has_text=re.compile("^Save Notebook$")).click()
         tab.wait_for_timeout(3000)   # Playwright's wait: the page's requests go on meanwhile
-        notebook = nbformat.read(path, as_version=4)
+        try:
+            notebook = nbformat.read(path, as_version=4)
+        except nbformat.reader.NotJSONError:   # read mid-save: Jupyter writes the file in place
+            assert time.monotonic() < deadline, f"{path.name}: no whole save in {timeout} s"
+            continue
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
         if all(cell.execution_count for cell in code) or any(
                 output.output_type == "error" for cell in code for output in cell.outputs):
