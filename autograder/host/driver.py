@@ -143,19 +143,21 @@ def flag_similar(db_url, assignment, results):
     (:func:`autograder.core.gradebook.keep_similarity` with
     :func:`autograder.worker.similarity.pairs_with`); a missing or unreadable submission
     keeps none, one whose grading failed keeps its earlier ones and its pairs. A pair's
-    flag is on both students' rows and goes when the two are no longer similar.
+    flag is on both students' rows and goes when the two are no longer similar. Returns
+    that dict and the class's pairs ``[(student, other, function, share)]`` (the summary
+    groups them into clusters).
     """
     graded = {r.student: fingerprints(r.functions) if r.status == Status.OK else {}
               for r in results if r.status != Status.ERROR}
-    similar = {}
-    for student, other, function, share in keep_similarity(db_url, assignment, graded, pairs_with):
+    similar, pairs = {}, keep_similarity(db_url, assignment, graded, pairs_with)
+    for student, other, function, share in pairs:
         for me, them in ((student, other), (other, student)):
             similar.setdefault(me, []).append(f"{function} ~ {them} ({share:.0%})")
     for result in results:
         flags = [f for f in result.flags if f != summary.SIMILAR_FLAG]
         result.similar = similar.get(result.student, [])
         result.flags = sorted(flags + [summary.SIMILAR_FLAG]) if result.similar else flags
-    return similar
+    return similar, pairs
 
 
 def write_files(root, files):
@@ -531,12 +533,12 @@ def finish(job, run, results, stopped, seconds):
     or some students could not be graded."""
     results.sort(key=lambda r: r.student)
     try:
-        similar = flag_similar(job.db_url, job.assignment, results)
+        similar, pairs = flag_similar(job.db_url, job.assignment, results)
         apply_late_policy(job.db_url, job.assignment, job.course)
         settled = standings(job.db_url, job.assignment) or {}
         absent = roster_report(job.db_url, job.assignment, job.roster) if job.roster else None
     except gradebook_faults() as error:  # what was recorded is still written and summed up
-        similar, settled, absent = {}, {}, None
+        similar, pairs, settled, absent = {}, [], {}, None
         stopped = stopped or f"because {fault_line(error)}"
     try:
         stale = [r.student for r in results if r.status == Status.OK and r.student in settled
@@ -551,7 +553,7 @@ def finish(job, run, results, stopped, seconds):
         stopped = stopped or f"because {fault_line(error)}"
     summary.report(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
                    out=job.out, skipped=[] if stopped else run.skipped, standings=settled,
-                   roster=absent)
+                   roster=absent, similar=pairs)
     if stopped:
         raise SystemExit(f"stopped {stopped}: {len(results)} submission(s) recorded, "
                          f"{len(run.todo) - len(results)} not graded; run grade again to finish")

@@ -1,4 +1,4 @@
-"""The report's pages: self-contained HTML with inline SVG figures, a table beside each.
+"""The report's pages: self-contained HTML with inline SVG figures, a table with each.
 
 A page loads nothing: its figures are inline SVG (matplotlib, text kept as text so that it
 scales, can be read by a screen reader and copied), its only image data a ``data:`` URI
@@ -15,14 +15,20 @@ the figures draw their text, axes and first series in placeholder colours that b
 variables (:data:`INK` ...), so one SVG serves both.
 
 Phones: a figure is :data:`FIG_WIDTH_IN` wide and its smallest text :data:`MIN_TEXT_PT`; a
-390 px phone shows it at least at 12 px (:func:`phone_text_px`). Tables sit in focusable
-scroll regions, long words wrap: nothing scrolls the page sideways.
+390 px phone shows it at least at 12 px (:func:`phone_text_px`). Legends sit above the plot,
+never over its data. Every column of every table is on the screen, with no scroller: beside
+its figure when the table fits there at its natural width, else below it at the page's full
+width (a flex row that wraps: the table's box asks for its natural width); on a screen
+narrower than :data:`CARDS_BELOW_REM` a table too wide for a phone (:func:`stacks_on_a_phone`)
+shows each row as a card, every value under its column's name; every cell wraps long words.
+Nothing scrolls the page sideways.
 """
 
 import base64
 import hashlib
 import html
 import io
+import re
 import warnings
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -51,7 +57,7 @@ def phone_text_px(width_in=FIG_WIDTH_IN, text_pt=MIN_TEXT_PT, column_px=PHONE_CO
     return text_pt * 96 / 72 * min(1.0, column_px / natural_px)
 
 
-LABEL_CHARS = 18            # longer tick labels are cut (the table beside has them whole)
+LABEL_CHARS = 18            # longer tick labels are cut (the table with it has them whole)
 
 
 def short(label, limit=LABEL_CHARS):
@@ -97,9 +103,14 @@ def svg(fig, name):
         matplotlib.rcParams.update(REPORT_RC)
         matplotlib.rcParams["svg.hashsalt"] = name
         buffer = io.StringIO()
+        top = 1.0
+        if fig.legends:  # a legend above the plots (legend_above): the plots fit below it
+            fig.draw_without_rendering()
+            top -= max(legend.get_window_extent().height for legend in fig.legends) / fig.bbox.height
         with warnings.catch_warnings():  # "not compatible with tight_layout": it still fits
             warnings.simplefilter("ignore", UserWarning)
-            fig.tight_layout(pad=0.4)  # inside its width, whatever the labels: phones rely on it
+            # inside its width, whatever the labels: phones rely on it
+            fig.tight_layout(pad=0.4, rect=(0, 0, 1, top))
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     text = buffer.getvalue()
     text = text[text.index("<svg"):]
@@ -117,6 +128,16 @@ def plotted(draw, name, height=3.0, width=FIG_WIDTH_IN):
         fig = new_figure(height, width)
         draw(fig)
         return svg(fig, name)
+
+
+def legend_above(ax, labels=None, ncols=1):
+    """The axes' legend (``labels`` in place of its artists' own) as a frameless block of
+    ``ncols`` columns at the top left of the figure, where it covers no data whatever the
+    values; :func:`svg` fits the plots below it."""
+    handles, found = ax.get_legend_handles_labels()
+    ax.figure.legend(handles, found if labels is None else labels, loc="upper left",
+                     bbox_to_anchor=(0, 1), ncols=ncols, borderaxespad=0.2, frameon=False,
+                     fontsize=MIN_TEXT_PT, handlelength=1.2, columnspacing=1.2)
 
 
 def bars(values, labels, xlabel, name, limit=None, colour=ACCENT):
@@ -143,7 +164,7 @@ def histograms(series, edges, xlabel, name):
                    color=colour, label=label, align="edge")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("students")
-        ax.legend(loc="upper left")
+        legend_above(ax, ncols=len(series))
         ax.yaxis.get_major_locator().set_params(integer=True)
     return plotted(draw, name)
 
@@ -216,8 +237,8 @@ def assignment_means(assignments, means, medians, completion, name):
         ax.set_ylim(0, 105)
         ax.set_ylabel("% of the maximum / class")
         ax.set_xlabel("assignment")
-        ax.legend(loc="lower left", ncols=3, fontsize=MIN_TEXT_PT)
-    return plotted(draw, name, height=3.2)
+        legend_above(ax, ncols=3)
+    return plotted(draw, name, height=3.4)
 
 
 def trajectories(lines, assignments, name):
@@ -228,12 +249,12 @@ def trajectories(lines, assignments, name):
             ax.plot(range(len(values)), values, marker="o", label=label,
                     color=OKABE_ITO[k % (len(OKABE_ITO) - 1)] if k else ACCENT)
         if lines:
-            ax.legend([short(label) for label, _ in lines], loc="lower left", fontsize=MIN_TEXT_PT)
+            legend_above(ax, [short(label) for label, _ in lines], ncols=2)
         ax.set_xticks(range(len(assignments)), [a.split("-")[0] for a in assignments])
         ax.set_ylim(-5, 105)
         ax.set_ylabel("% of the maximum")
         ax.set_xlabel("assignment")
-    return plotted(draw, name)
+    return plotted(draw, name, height=3.0 + 0.25 * ((min(len(lines), 8) + 1) // 2))
 
 
 # -- tables and the page ------------------------------------------------------------------------
@@ -259,17 +280,44 @@ class Section:
     data: list[str] = field(default_factory=list)   # file names of its data, beside the page
 
 
+PHONE_TABLE_PX = PHONE_COLUMN_PX     # a table narrower than this stays a table on a phone
+CARDS_BELOW_REM = 40                 # screens narrower than this show wide tables as cards
+CHAR_PX = 8.5                        # a character of table text (0.9 rem), a little generous
+CELL_PADDING_PX = 17                 # 0.5 rem either side and the rule
+
+
+def text_of(cell_html):
+    """The text a cell's HTML shows (tags dropped, entities read)."""
+    return html.unescape(re.sub(r"<[^>]*>", "", str(cell_html)))
+
+
+def stacks_on_a_phone(table):
+    """Whether ``table`` at its natural width (each column as wide as its longest header or
+    value, on one line) is wider than a phone's column (:data:`PHONE_TABLE_PX`), so that a
+    narrow screen shows its rows as cards."""
+    columns = [[h] for h in table.header]
+    for row in table.rows:
+        for i, cell in enumerate(row[:len(columns)]):
+            columns[i].append(cell)
+    natural = sum(CHAR_PX * max(len(text_of(c)) for c in column) + CELL_PADDING_PX
+                  for column in columns)
+    return natural > PHONE_TABLE_PX
+
+
 def table_html(table, anchor):
+    """The table, its caption and note; a card per row on a narrow screen when it is wide
+    (:func:`stacks_on_a_phone`): each cell carries its column's name (``data-label``)."""
+    labels = [html.escape(text_of(h), quote=True) for h in table.header]
     head = "".join(f'<th scope="col">{h}</th>' for h in table.header)
     body = "\n".join("<tr>" + "".join(
-        (f'<th scope="row">{c}</th>' if i == 0 else f"<td>{c}</td>") for i, c in enumerate(row))
-        + "</tr>" for row in table.rows)
+        (f'<th scope="row">{c}</th>' if i == 0 else f'<td data-label="{labels[i]}">{c}</td>')
+        for i, c in enumerate(row)) + "</tr>" for row in table.rows)
     if not table.rows:
         body = f'<tr><td colspan="{len(table.header)}">none</td></tr>'
     note = f'<p class="note">{table.note}</p>' if table.note else ""
-    return (f'<div class="scroll" role="region" tabindex="0" aria-labelledby="{anchor}">'
-            f'<table><caption id="{anchor}">{table.caption}</caption><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table></div>{note}")
+    cards = ' class="cards"' if table.rows and stacks_on_a_phone(table) else ""
+    return (f'<table{cards}><caption id="{anchor}">{table.caption}</caption>'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}")
 
 
 CSS = """
@@ -293,18 +341,23 @@ nav ul { padding-left: 1.2rem; }
 figure { margin: 0; flex: 1 1 20rem; max-width: 34rem; min-width: 0; }
 figure svg { width: 100%; height: auto; display: block; }
 figcaption { font-size: 0.9rem; color: var(--muted); }
-.tables { flex: 1 1 20rem; min-width: 0; max-width: 100%; }
-.scroll { overflow-x: auto; max-width: 100%; margin: 0.5rem 0; }
-.scroll:focus { outline: 2px solid var(--link); }
-table { border-collapse: collapse; font-size: 0.9rem; }
+.tables { flex: 1 1 auto; min-width: 0; max-width: 100%; }
+table { border-collapse: collapse; font-size: 0.9rem; margin: 0.5rem 0; max-width: 100%; }
 caption { text-align: left; font-weight: 600; padding: 0.25rem 0; }
 th, td { border-bottom: 1px solid var(--rule); padding: 0.25rem 0.5rem; text-align: left;
-  vertical-align: top; max-width: 28rem; }
-thead th, th[scope="row"] { white-space: nowrap; }
-td code { display: inline-block; min-width: 14rem; overflow-wrap: anywhere; }
+  vertical-align: top; max-width: 28rem; overflow-wrap: anywhere; }
 thead th { background: var(--head); }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 code { font-size: 0.9em; }
+""" + f"@media (max-width: {CARDS_BELOW_REM}rem) {{" + """
+  table.cards, .cards caption, .cards tbody, .cards tr, .cards th, .cards td { display: block; }
+  .cards thead { position: absolute; width: 1px; height: 1px; overflow: hidden;
+    clip-path: inset(50%); white-space: nowrap; }
+  .cards tr { border: 1px solid var(--rule); border-radius: 0.25rem; margin: 0 0 0.5rem;
+    padding: 0.25rem 0.5rem; }
+  .cards th[scope="row"], .cards td { border: 0; padding: 0.1rem 0; max-width: none; }
+  .cards td::before { content: attr(data-label) ": "; font-weight: 600; }
+}
 """
 
 
@@ -318,7 +371,7 @@ def page(title, intro, sections, nav):
         tables = "".join(table_html(t, f"{s.anchor}-t{i}") for i, t in enumerate(s.tables))
         if s.figure:
             body.append(f'<div class="pair"><figure>{s.figure}<figcaption id="{s.anchor}-fig-caption">'
-                        f"{esc(s.title)} (the table beside it holds the same numbers)</figcaption>"
+                        f"{esc(s.title)} (the table with it holds the same numbers)</figcaption>"
                         f'</figure><div class="tables">{tables}</div></div>')
         else:
             body.append(tables)

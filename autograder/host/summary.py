@@ -17,6 +17,8 @@ CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "needs_ma
               "submitted_at", "late_by_hours", "late_penalty", "seconds", "failed_tests", "limits",
               "tampered", "deleted", "flags", "similar", "error", "message"]
 SIMILAR_FLAG = "similar-to-classmate"
+CLUSTERS_SHOWN = 10         # clusters of similar work the summary lists (largest first)
+CLUSTER_NAMES = 12          # students it names per cluster (every pair is in grades.csv)
 
 
 class Progress:
@@ -209,9 +211,52 @@ def unusual_choice(result, assignment):
     return result.status == Status.OK and result.message != f"graded '{assignment}.ipynb'"
 
 
+def similar_clusters(pairs):
+    """The connected groups of students that ``pairs`` (``[(student, other, function,
+    share)]``, share in 0..1) link, largest first: ``[(students, functions)]``, ``students``
+    sorted, ``functions`` ``[(function, pairs, highest share)]`` by pairs then name. Two
+    students are in one cluster when a chain of similar pairs joins them (union-find)."""
+    parent = {}
+
+    def root(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for a, b, _, _ in pairs:
+        parent[root(a)] = root(b)
+    members, links = {}, {}
+    for student in parent:
+        members.setdefault(root(student), []).append(student)
+    for a, _, function, share in pairs:
+        count, top = links.setdefault(root(a), {}).get(function, (0, 0.0))
+        links[root(a)][function] = (count + 1, max(top, share))
+    clusters = [(sorted(people), sorted(((f, n, top) for f, (n, top) in links[r].items()),
+                                        key=lambda x: (-x[1], x[0])))
+                for r, people in members.items()]
+    return sorted(clusters, key=lambda c: (-len(c[0]), c[0]))
+
+
+def cluster_line(students, functions):
+    """One cluster as a summary line: its students (the first :data:`CLUSTER_NAMES`) and the
+    functions that link them."""
+    names = ", ".join(map(printable, students[:CLUSTER_NAMES]))
+    if len(students) > CLUSTER_NAMES:
+        names += f" and {len(students) - CLUSTER_NAMES} more"
+    linked = ", ".join(f"{printable(f)} ({n} pair{'s' * (n > 1)}, up to {top:.0%})" if n > 1
+                       else f"{printable(f)} ({top:.0%})" for f, n, top in functions)
+    return f"{len(students)} students: {names}: {linked}"
+
+
 def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
-           standings=None, roster=None):
-    """Print the class summary; scores are the gradebook's ``standings`` (after the penalty)."""
+           standings=None, roster=None, similar=None):
+    """Print the class summary; scores are the gradebook's ``standings`` (after the penalty).
+
+    Its lists name only what needs a look: limits hit, edited or deleted test cells, flags,
+    code like the reference, unusual notebook choices, unreadable notebooks, errors, and the
+    clusters of similar work among the class's ``similar`` pairs (:func:`similar_clusters`;
+    ``None``: each result's own ``similar`` descriptions, this run's only)."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
     n = len(results)
@@ -253,14 +298,31 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
         ("Deleted test cells (restored)", lambda r: ", ".join(r.deleted)),
         ("Suspicious code", lambda r: ", ".join(r.flags)),
         ("Resembles the reference (check by hand)", lambda r: "; ".join(r.resemblances)),
-        ("Similar to a classmate (check by hand)", lambda r: "; ".join(r.similar)),
+        ("Similar to a classmate (check by hand)",
+         (lambda r: "; ".join(r.similar)) if similar is None else None),
         ("Unusual notebook choices (check by hand)", lambda r: r.message if unusual_choice(r, assignment) else ""),
         ("Missing or unreadable notebooks (scored 0)", lambda r: r.message if r.status in (Status.MISSING, Status.UNREADABLE) else ""),
         ("Errors (not graded: the earlier grade, if any, is kept; worker logs in logs/)", lambda r: r.error or "" if r.status == Status.ERROR else ""),
     ]
     for title, describe in sections:
+        if describe is None:
+            print_clusters(p, similar_clusters(similar))
+            continue
         lines = [(r.student, describe(r)) for r in results if describe(r)]
         if lines:
             p(f"{title}: {len(lines)}")
             for student, text in lines:  # ids, file names, messages: the student's text
                 p(f"  {printable(student)}: {printable(text)}")
+
+
+def print_clusters(p, clusters):
+    """The summary's clusters of similar work (``p``: print one line), nothing if none."""
+    if not clusters:
+        return
+    people = sum(len(students) for students, _ in clusters)
+    p(f"Similar to a classmate (check by hand; each pair in grades.csv's similar column): "
+      f"{len(clusters)} cluster(s) of {people} students")
+    for students, functions in clusters[:CLUSTERS_SHOWN]:
+        p(f"  {cluster_line(students, functions)}")
+    if len(clusters) > CLUSTERS_SHOWN:
+        p(f"  and {len(clusters) - CLUSTERS_SHOWN} more cluster(s)")

@@ -462,7 +462,7 @@ def test_student_notebook_in_jupyterlab_then_nbgrader_validate(jupyterlab):
     if not CHROMIUM.is_file():
         pytest.skip("Chromium not found at /usr/bin/chromium (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.book.test_site_browser import CHROMIUM_FLAGS
+    from tests.book.test_site_browser import loopback_chromium
 
     base, token, work = jupyterlab
     aid = "01-rope"
@@ -474,20 +474,9 @@ def test_student_notebook_in_jupyterlab_then_nbgrader_validate(jupyterlab):
     first_visible = release.cells[index["p1_visible"]].source.splitlines()[0]
     second_visible = release.cells[index["p2_visible"]].source.splitlines()[0]
 
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=CHROMIUM_FLAGS)
-        offsite = []
-
-        def guard(route):
-            if urlsplit(route.request.url).hostname != "127.0.0.1":
-                offsite.append(route.request.url)
-                return route.abort()
-            return route.continue_()
-
-        try:
-            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-            page.route("**/*", guard)
+    with loopback_chromium() as chromium:
+        with chromium.new_context(viewport={"width": 1280, "height": 900}) as context:
+            page = context.new_page()
             page.goto(f"{base}/lab/tree/{notebook.name}?token={token}")
             cells = page.locator(".jp-Notebook .jp-Cell")
             cells.nth(index["p1_solution"]).wait_for(timeout=90_000)
@@ -531,9 +520,7 @@ def test_student_notebook_in_jupyterlab_then_nbgrader_validate(jupyterlab):
             while not saved() and time.monotonic() < deadline:
                 page.wait_for_timeout(200)
             assert saved(), "JupyterLab did not save the notebook"
-        finally:
-            browser.close()
-    assert not offsite, offsite
+    assert not chromium.offsite, chromium.offsite
 
     # Validate on the saved file says what the browser showed: part 1 passes, part 2 raises
     report = validate(notebook)

@@ -23,6 +23,7 @@ audit, ``<page>.phone.png`` at 390 px and ``<page>.dark.png`` in dark mode), e.g
 ``BOOK_SCREENSHOTS=/tmp/shots .venv/bin/python -m pytest tests/book/test_site_browser.py -k 06-flash``.
 """
 
+import contextlib
 import functools
 import os
 import re
@@ -47,6 +48,44 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 MATHJAX_TIMEOUT_MS = 30_000
+
+
+def loopback_only(offsite, host="127.0.0.1"):
+    """A Playwright route handler: a request to ``host`` goes on; any other is recorded in
+    ``offsite`` and refused (nothing a test opens may leave this machine)."""
+    def guard(route):
+        if urlsplit(route.request.url).hostname != host:
+            offsite.append(route.request.url)
+            return route.abort()
+        return route.continue_()
+    return guard
+
+
+class LoopbackChromium:
+    """Chromium restricted to 127.0.0.1: every context made by :meth:`new_context` routes
+    its requests through :func:`loopback_only`; ``offsite`` lists the ones it refused."""
+
+    def __init__(self, browser):
+        self.browser, self.offsite = browser, []
+
+    def new_context(self, **options):
+        context = self.browser.new_context(**options)
+        context.route("**/*", loopback_only(self.offsite))
+        return context
+
+
+@contextlib.contextmanager
+def loopback_chromium():
+    """Debian's Chromium, headless with :data:`CHROMIUM_FLAGS`, as a :class:`LoopbackChromium`;
+    closed on the way out."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=CHROMIUM_FLAGS)
+        try:
+            yield LoopbackChromium(browser)
+        finally:
+            browser.close()
+
 
 if not CHROMIUM.is_file():
     pytest.skip(
@@ -106,13 +145,7 @@ class PageLog:
         page.on("response", lambda res: res.status >= 400 and self.failed.append(
             f"{res.url} (HTTP {res.status})"))
 
-        def guard(route):  # nothing may leave this machine: record and block it
-            if urlsplit(route.request.url).hostname != host:
-                self.offsite.append(route.request.url)
-                return route.abort()
-            return route.continue_()
-
-        page.route("**/*", guard)
+        page.route("**/*", loopback_only(self.offsite, host))  # nothing may leave this machine
 
 
 def open_page(browser, url, width=1280):

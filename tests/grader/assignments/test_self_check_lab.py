@@ -70,7 +70,7 @@ def test_check_cells_show_the_graders_messages_wrong_then_right(self_check_kerne
     if not CHROMIUM.is_file():
         pytest.skip("Chromium not found at /usr/bin/chromium (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.book.test_site_browser import CHROMIUM_FLAGS
+    from tests.book.test_site_browser import loopback_chromium
 
     base, token, work = jupyterlab
     notebook = work / f"{AID}.ipynb"
@@ -87,20 +87,9 @@ def test_check_cells_show_the_graders_messages_wrong_then_right(self_check_kerne
     assert wrong_p1 != right["p1_solution"]
     message = the_check_message(wrong_p1)
 
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=CHROMIUM_FLAGS)
-        offsite = []
-
-        def guard(route):
-            if not route.request.url.startswith("http://127.0.0.1:"):
-                offsite.append(route.request.url)
-                return route.abort()
-            return route.continue_()
-
-        try:
-            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-            page.route("**/*", guard)
+    with loopback_chromium() as chromium:
+        with chromium.new_context(viewport={"width": 1280, "height": 900}) as context:
+            page = context.new_page()
             page.goto(f"{base}/lab/tree/{notebook.name}?token={token}")
             cells = page.locator(".jp-Notebook .jp-Cell")
             cells.nth(index["p1_solution"]).wait_for(timeout=90_000)
@@ -157,6 +146,4 @@ def test_check_cells_show_the_graders_messages_wrong_then_right(self_check_kerne
             assert "4 of 4 points" in p2 and "WARNING" not in p2, p2
             p3 = output(checks["p3"], "PASS p3_hidden: 1/1")
             assert "fix Part 1" not in p3 and "2 of 2 points" in p3, p3
-        finally:
-            browser.close()
-    assert not offsite, offsite
+    assert not chromium.offsite, chromium.offsite

@@ -11,7 +11,10 @@ real sandbox; every figure's numbers are recomputed from the gradebook through n
 ``--anonymize`` leaves no real id or name in any file name or content. Browser tests (real
 Chromium): axe-core finds no WCAG 2 A/AA violation in light or dark mode, nothing scrolls
 sideways at 390 px and figure text stays readable there, no request leaves the page, and the
-hostile text stays text (no element, no marker).
+hostile text stays text (no element, no marker); on every page at 1280 and 390 px, light and
+dark, every table cell is on the screen and inside any box that clips it, no cell's text
+overflows, a table shown as cards labels each value, and no legend covers a bar or a marker
+(measured geometrically: :data:`LAYOUT_JS`).
 """
 
 import copy
@@ -514,6 +517,137 @@ def test_fits_a_phone_loads_nothing_and_keeps_hostile_text_inert(graded, browser
     assert inert == {"pwned": None, "scripts": 0, "imgs": 0, "injected": False}
     if folder == "reports" and name == "01-rope":
         assert HOSTILE_SHOWN in text  # shown as text, whole
+
+
+# What a reader cannot see on a report page, measured in the browser: the page or an element
+# wider than the viewport; a table cell outside the viewport or outside the visible box of a
+# box that clips it (a scroller); a cell whose text overflows it; a figure legend over a bar
+# or a marker of its own figure, or cut by the figure's edge. A list of problems, each naming
+# its section.
+LAYOUT_JS = r"""() => {
+  const W = document.documentElement.clientWidth, problems = [];
+  const where = el => { const s = el.closest('section'); return s ? s.getAttribute('aria-labelledby') : 'page'; };
+  const box = r => `${Math.round(r.left)}..${Math.round(r.right)} x ${Math.round(r.top)}..${Math.round(r.bottom)}`;
+  if (document.documentElement.scrollWidth > W)
+    problems.push(`page: ${document.documentElement.scrollWidth} px wide in a ${W} px viewport`);
+  const outside = new Set();
+  for (const el of document.querySelectorAll('main *')) {   // the outermost such element only
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && (r.left < -1 || r.right > W + 1)) {
+      outside.add(el);
+      if (!outside.has(el.parentElement))
+        problems.push(`${where(el)}: <${el.tagName.toLowerCase()}> at ${box(r)}, the viewport 0..${W}`);
+    }
+  }
+  for (const table of document.querySelectorAll('table')) {
+    const clips = [];
+    for (let a = table.parentElement; a; a = a.parentElement) {
+      const style = getComputedStyle(a);
+      if (style.overflowX !== 'visible' || style.overflowY !== 'visible') clips.push(a);
+    }
+    // a table shown as cards hides its head row (for screen readers only): then each value
+    // must carry its column's name, shown before it
+    const head = [...table.querySelectorAll('thead th')].map(th => th.textContent.trim());
+    const cards = table.tHead && table.tHead.getBoundingClientRect().width <= 1;
+    for (const td of cards ? table.querySelectorAll('tbody td') : []) {
+      const label = head[td.cellIndex], before = getComputedStyle(td, '::before').content;
+      if (td.dataset.label !== label || before !== JSON.stringify(label + ': '))
+        problems.push(`${where(td)}: a card's value "${td.textContent.slice(0, 30)}" is not labelled ${label}`);
+    }
+    for (const cell of table.querySelectorAll(cards ? 'tbody th, tbody td' : 'th, td')) {
+      const r = cell.getBoundingClientRect(), text = cell.textContent.trim().slice(0, 30);
+      if (r.width === 0 && r.height === 0) { problems.push(`${where(cell)}: "${text}" not shown`); continue; }
+      for (const a of clips) {
+        const c = a.getBoundingClientRect();
+        if (r.left < c.left - 1 || r.right > c.right + 1)
+          problems.push(`${where(cell)}: "${text}" at ${box(r)} outside the box ${box(c)} that clips it`);
+      }
+      if (r.right > W + 1) problems.push(`${where(cell)}: "${text}" at ${box(r)}, the viewport 0..${W}`);
+      if (cell.scrollWidth > cell.clientWidth + 1)
+        problems.push(`${where(cell)}: "${text}" clipped (${cell.scrollWidth} px in ${cell.clientWidth})`);
+    }
+  }
+  for (const svg of document.querySelectorAll('svg')) {
+    const inLegend = el => el.closest('g[id^="legend"]');
+    const marks = [...svg.querySelectorAll('g[id^="patch"] > path, g[id^="line2d"] use, g[id^="PathCollection"] use')]
+      .filter(el => !inLegend(el) && !el.closest('g[id^="xtick"], g[id^="ytick"]')
+                    && (el.tagName !== 'path' || getComputedStyle(el).fill !== 'none'))
+      .map(el => el.getBoundingClientRect()).filter(r => r.width * r.height > 0.5);
+    const frame = svg.getBoundingClientRect();
+    for (const legend of svg.querySelectorAll('g[id^="legend"]')) {
+      const l = legend.getBoundingClientRect();
+      if (l.left < frame.left - 1 || l.right > frame.right + 1 || l.top < frame.top - 1 || l.bottom > frame.bottom + 1)
+        problems.push(`${where(svg)}: the legend at ${box(l)} is cut by its figure ${box(frame)}`);
+      for (const m of marks)
+        if (l.left < m.right - 0.5 && m.left < l.right - 0.5 && l.top < m.bottom - 0.5 && m.top < l.bottom - 0.5) {
+          problems.push(`${where(svg)}: the legend at ${box(l)} covers data at ${box(m)}`);
+          break;
+        }
+    }
+  }
+  return problems;
+}"""
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.parametrize("name", PAGES)
+def test_every_table_shows_its_columns_and_no_legend_covers_data(graded, browser, name):
+    """At 1280 px and on a 390 px phone, light and dark: every cell of every table is on the
+    screen and inside any box that clips it (no hidden scroller), no text overflows its cell,
+    a table shown as cards labels each value, no element is wider than the viewport, and no
+    legend covers a bar or a marker (:data:`LAYOUT_JS`)."""
+    found = {}
+    for width in (1280, 390):
+        context, page, requests, errors = open_report(browser, graded["root"] / "reports" / f"{name}.html", width)
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            found[f"{width} px {scheme}"] = page.evaluate(LAYOUT_JS)
+        cards = page.evaluate("document.querySelectorAll('table.cards').length")
+        context.close()
+        assert requests == [] and errors == []
+    assert all(problems == [] for problems in found.values()), found
+    assert cards >= 1   # some table of each page is too wide for a phone: its rows are cards
+
+
+@pytest.mark.browser
+def test_legends_cover_no_data_whatever_the_labels(browser, tmp_path):
+    """The figures with a legend, drawn with the longest labels and the most series they take
+    (8 falling students with 18-character ids, 12 assignments, full bars), on a page of
+    their own: at 1280 and 390 px no legend covers data or is cut (:data:`LAYOUT_JS`)."""
+    from autograder.host import report_page as ui
+
+    names = [f"student-{i}-{'x' * 12}"[:ui.LABEL_CHARS + 4] for i in range(8)]
+    assignments = [f"{i:02}-assignment" for i in range(1, 13)]
+    full = [100.0] * len(assignments)
+    figures = {
+        "falling": ui.trajectories([(n, [100 - 9 * k - i for k in range(12)]) for i, n in enumerate(names)],
+                                   assignments, ui.figure_id("falling")),
+        "means": ui.assignment_means(assignments, full, full, full, ui.figure_id("means")),
+        "scores": ui.histograms([("autograded", ui.ACCENT, [9] * 10), ("final", ui.SECOND, [9] * 10)],
+                                [10.0 * k for k in range(11)], "% of the maximum", ui.figure_id("scores"))}
+    sections = [ui.Section(name, name, "", svg, [ui.Table("numbers", ["a", "b"], [["1", "2"]])])
+                for name, svg in figures.items()]
+    path = tmp_path / "legends.html"
+    path.write_text(ui.page("legends", "", sections, ""))
+    for width in (1280, 390):
+        context, page, _, errors = open_report(browser, path, width)
+        problems = page.evaluate(LAYOUT_JS)
+        legends = page.evaluate("document.querySelectorAll('svg g[id^=\"legend\"]').length")
+        context.close()
+        assert problems == [] and errors == [] and legends == 3, (width, problems)
+
+
+def test_a_table_too_wide_for_a_phone_becomes_cards_with_its_column_names():
+    from autograder.host.report_page import Table, esc, stacks_on_a_phone, table_html
+
+    narrow = Table("c", ["student", "seconds"], [["ada", 1.5]])
+    wide = Table("c", ["part", esc('p "one-sided" <b>')] + [f"column {i}" for i in range(6)],
+                 [["Part 1", 0.5] + [1] * 6])
+    assert not stacks_on_a_phone(narrow) and stacks_on_a_phone(wide)
+    assert stacks_on_a_phone(Table("c", ["student", "message"], [["ada", "x " * 60]]))
+    assert "<table>" in table_html(narrow, "a") and '<table class="cards">' in table_html(wide, "a")
+    assert '<td data-label="p &quot;one-sided&quot; &lt;b&gt;">0.5</td>' in table_html(wide, "a")
 
 
 def test_figures_are_sized_for_a_phone():
