@@ -44,6 +44,16 @@ class Mistake:
     cause: str = ""   # the earlier function whose mistake this is, seen through a later one
 
 
+def answer_cascade(mistakes, function, through):
+    """``function``'s known ``mistakes`` as an answer computed with it shows them (``through(produce)()``
+    is that answer): same key; the message says what the answer equals, not that ``function`` is
+    wrong (the answer may have been worked out by hand)."""
+    return tuple(Mistake(m.key, f"the answer is what {function} gives with a known mistake: {m.what}",
+                         f"{m.fix} (If {function}'s own test fails, fix it first.)", through(m.produce),
+                         cause=function)
+                 for m in mistakes if not m.cause)
+
+
 def cascade(mistakes, function, through):
     """``function``'s known ``mistakes`` as a later function that calls it shows them:
     ``through(produce)`` computes the later function's output from the earlier one's wrong

@@ -8,7 +8,7 @@ two normalisations); parameter counts exact; the FFN share rtol 1e-2.
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (CheckFailure, Mistake, assert_close, assert_number, call, cascade, diagnosis, hidden_test,
+from ._common import (CheckFailure, Mistake, answer_cascade, assert_close, assert_number, call, cascade, diagnosis, hidden_test,
                       hinted, rng, suspects, to_numpy, wrong_answers)
 
 F64 = dict(rtol=1e-7, atol=1e-8)
@@ -114,7 +114,7 @@ WRONG_ANSWERS = {
         Mistake("gpt2-params-no-norms", "the count leaves out the two LayerNorms.",
                 "Add the two LayerNorms: a weight and a bias of d_model each.",
                 lambda: ref.block_param_count(**GPT2_SMALL) - 4 * 768),
-        *cascade(MISTAKES["block_param_count"], "block_param_count",
+        *answer_cascade(MISTAKES["block_param_count"], "block_param_count",
                  lambda produce: lambda: produce(768, 12, 3072, True)),
     ),
     "ANSWER_FFN_SHARE": (

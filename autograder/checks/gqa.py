@@ -8,7 +8,7 @@ S keys); byte counts exact.
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (Mistake, assert_close, assert_number, call, cascade, expect_value_error, fail,
+from ._common import (Mistake, answer_cascade, assert_close, assert_number, call, cascade, expect_value_error, fail,
                       fail_as, hidden_test, hinted, identify, rng, suspects, to_numpy, wrong_answers)
 
 F64 = dict(rtol=1e-7, atol=1e-9)
@@ -240,7 +240,7 @@ def _units(name, exact):
 
 # Known wrong answers of the conceptual questions, from MODEL: an answer computed with Part 3's
 # mistake (the answer cell calls kv_cache_bytes), per-head for total, bytes for GB, and so on.
-_NO_TWO = cascade(MISTAKES["kv_cache_bytes"], "kv_cache_bytes", lambda produce: lambda heads: _cache(heads, produce))
+_NO_TWO = answer_cascade(MISTAKES["kv_cache_bytes"], "kv_cache_bytes", lambda produce: lambda heads: _cache(heads, produce))
 WRONG_ANSWERS = {
     "ANSWER_KV_BYTES_MHA": (
         Mistake("mha-bytes-kv-heads", "the MHA cache counts the model's 8 KV heads; MHA has a KV head per query head.",

@@ -7,7 +7,7 @@ rtol 1e-7, atol 1e-9 (a few float64 sin/cos per entry); conceptual numbers rtol 
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (Mistake, assert_close, assert_number, call, call_keeping_args, cascade, diagnosis,
+from ._common import (Mistake, answer_cascade, assert_close, assert_number, call, call_keeping_args, cascade, diagnosis,
                       expect_value_error, fail, hidden_test, hinted, identify, rng, suspects, to_numpy,
                       wrong_answers)
 
@@ -118,7 +118,7 @@ WRONG_ANSWERS = {
         Mistake("wavelength-first-pair", "the answer is the wavelength of pair 0, the fastest pair.",
                 "The slowest pair is the last one, i = head_dim/2 - 1: it has the smallest inv_freq.",
                 lambda: 2 * np.pi / ref.rope_inv_freq(128, 10000.0)[0]),
-        *cascade(MISTAKES["rope_inv_freq"][:2], "rope_inv_freq", lambda produce: lambda: _slowest_wavelength(produce)),
+        *answer_cascade(MISTAKES["rope_inv_freq"][:2], "rope_inv_freq", lambda produce: lambda: _slowest_wavelength(produce)),
     ),
     "ANSWER_FULL_TURN_PAIRS": (
         Mistake("full-turn-slow-pairs", "the answer counts the pairs that do not turn fully (the slow ones).",
@@ -127,7 +127,7 @@ WRONG_ANSWERS = {
         Mistake("full-turn-no-2pi", "the answer compares 4096 * inv_freq with 1, not with a full turn of 2 pi.",
                 "A full turn is 2 pi radians: count the pairs with 4096 * inv_freq[i] >= 2 pi.",
                 lambda: int(np.sum(4096 * ref.rope_inv_freq(128, 10000.0) >= 1))),
-        *cascade(MISTAKES["rope_inv_freq"][:2], "rope_inv_freq", lambda produce: lambda: _full_turn_pairs(produce)),
+        *answer_cascade(MISTAKES["rope_inv_freq"][:2], "rope_inv_freq", lambda produce: lambda: _full_turn_pairs(produce)),
     ),
 }
 
