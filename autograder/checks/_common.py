@@ -44,15 +44,30 @@ class Mistake:
     cause: str = ""   # the earlier function whose mistake this is, seen through a later one
 
 
+def answer_cascade(mistakes, function, through):
+    """``function``'s known ``mistakes`` as an answer computed with it shows them (``through(produce)()``
+    is that answer): same key; the message says what the answer equals, not that ``function`` is
+    wrong (the answer may have been worked out by hand)."""
+    return tuple(Mistake(m.key, f"the answer is what {function} gives with a known mistake: {m.what}",
+                         f"{m.fix} (If {function}'s own test fails, fix it first.)", through(m.produce),
+                         cause=function)
+                 for m in mistakes if not m.cause)
+
+
 def cascade(mistakes, function, through):
     """``function``'s known ``mistakes`` as a later function that calls it shows them:
     ``through(produce)`` computes the later function's output from the earlier one's wrong
     version. Same key (the report counts the cause once), a message that says to fix
     ``function`` first."""
-    return tuple(Mistake(m.key, f"it calls {function}, and {function} has a known mistake: {m.what}",
-                         f"Fix {function} first (its own test says so): {m.fix}", through(m.produce),
-                         cause=function)
-                 for m in mistakes)
+    def seen(m):
+        if m.cause:  # already seen through ``function``'s own call of an earlier one
+            return Mistake(m.key, f"it calls {function}, which {m.what.removeprefix('it ')}", m.fix,
+                           through(m.produce), cause=m.cause)
+        return Mistake(m.key, f"it calls {function}, and {function} has a known mistake: {m.what}",
+                       f"Fix {function} first (its own test says so): {m.fix}", through(m.produce),
+                       cause=function)
+
+    return tuple(seen(m) for m in mistakes)
 
 
 KNOWN_MISTAKE = "This looks like a known mistake:"
@@ -78,15 +93,18 @@ def diagnosis_sentence(message):
     return message[start:] if start >= 0 else message
 
 
-def suspects(mistakes, *inputs, **kwargs):
+def suspects(mistakes, *inputs, pick=None, **kwargs):
     """The known ``mistakes`` on these inputs, computed only when asked (a failing output):
-    a function returning ``[(mistake, what it returns)]`` of those that apply."""
+    a function returning ``[(mistake, what it returns)]`` of those that apply. ``pick``: the
+    index of the output compared, for a function that returns a tuple."""
 
     def compute():
         found = []
         for mistake in mistakes:
             try:
-                found.append((mistake, np.asarray(mistake.produce(*inputs, **kwargs), dtype=np.float64)))
+                out = mistake.produce(*inputs, **kwargs)
+                out = out if pick is None else out[pick]
+                found.append((mistake, np.asarray(out, dtype=np.float64)))
             except Exception:  # noqa: BLE001 - a mistake that does not apply to these inputs
                 continue
         return found
@@ -102,15 +120,25 @@ def _matches(actual, wrong, rtol, atol):
     return bool(np.all(close | both_nan | (actual == wrong)))
 
 
-def identify(actual, candidates, *, rtol, atol):
+def identify(actual, candidates, *, rtol=0.0, atol=0.0):
     """The first known mistake of ``candidates`` (see :func:`suspects`) whose output ``actual``
     equals within the check's tolerance (NaN where it has NaN), or None."""
     if not isinstance(actual, np.ndarray) or not candidates:
         return None
-    for mistake, wrong in candidates() if callable(candidates) else candidates:
-        if _matches(actual, wrong, rtol, atol):
-            return mistake
+    try:
+        actual = np.asarray(actual, dtype=np.float64)
+        for mistake, wrong in candidates() if callable(candidates) else candidates:
+            if _matches(actual, np.asarray(wrong, dtype=np.float64), rtol, atol):
+                return mistake
+    except (TypeError, ValueError):  # an output that is not numbers matches no mistake
+        return None
     return None
+
+
+def fail_as(what, mistake):
+    """Fail ``what``, naming the known ``mistake`` (a verdict the check recognised itself:
+    a missing ``ValueError``, a returned cache or table, a failed ``backward``)."""
+    fail(f"{what}. {diagnosis(mistake)}")
 
 
 @contextlib.contextmanager
@@ -177,16 +205,18 @@ def call_keeping_args(fn, *args, what, **kwargs):
     return call(fn, *args, what=what, copy_inputs=False, **kwargs), args
 
 
-def expect_value_error(fn, *args, what, argument, **kwargs):
-    """``fn(*args)`` must raise ``ValueError`` (the message should name ``argument``)."""
+def expect_value_error(fn, *args, what, argument, mistake=None, **kwargs):
+    """``fn(*args)`` must raise ``ValueError`` (the message should name ``argument``); when it
+    does not, the verdict names ``mistake`` (the known mistake of a missing check), if given."""
+    named = f" {diagnosis(mistake)}" if mistake is not None else ""
     try:
         fn(*args, **kwargs)
     except ValueError:
         return
     except Exception as err:  # noqa: BLE001
         fail(f"{what} must raise ValueError for an invalid {argument}, "
-             f"it raised {type(err).__name__}.")
-    fail(f"{what} must raise ValueError for an invalid {argument}, it returned normally.")
+             f"it raised {type(err).__name__}.{named}")
+    fail(f"{what} must raise ValueError for an invalid {argument}, it returned normally.{named}")
 
 
 def accepts(fn, *args, **kwargs):
@@ -301,8 +331,9 @@ def assert_close(actual, expected, what, *, rtol, atol, hint="", mistakes=()):
              f"tolerance |error| <= {atol:g} + {rtol:g}*|expected|).{advice()}")
 
 
-def assert_equal_mask(actual, expected, what, *, hint=""):
-    """A boolean array equal to ``expected`` (shape, dtype bool, every entry)."""
+def assert_equal_mask(actual, expected, what, *, hint="", mistakes=()):
+    """A boolean array equal to ``expected`` (shape, dtype bool, every entry); a wrong one that
+    equals what a known mistake of ``mistakes`` returns (see :func:`suspects`) names it."""
     if not isinstance(actual, np.ndarray):
         fail(f"{what} must return a NumPy array, got {type(actual).__name__}.")
     actual = np.asarray(actual)  # a plain ndarray: a subclass cannot override the comparison
@@ -312,24 +343,51 @@ def assert_equal_mask(actual, expected, what, *, hint=""):
         fail(f"{what}: expected shape {expected.shape}, got {actual.shape}.")
     wrong = actual != expected
     if wrong.any():
-        fail(f"{what}: {int(wrong.sum())} of {actual.size} entries are wrong.{' ' + hint if hint else ''}")
+        known = identify(actual.astype(np.float64), mistakes)
+        text = diagnosis(known) if known is not None else hint
+        fail(f"{what}: {int(wrong.sum())} of {actual.size} entries are wrong.{' ' + text if text else ''}")
+
+
+def wrong_answers(mistakes, *inputs):
+    """What each known mistake of ``mistakes`` answers on ``inputs`` (its ``produce``), computed
+    only when asked (a wrong answer): a function returning ``[(value, mistake)]`` for
+    :func:`assert_number`; a mistake that does not apply is left out."""
+
+    def compute():
+        found = []
+        for mistake in mistakes:
+            try:
+                found.append((float(mistake.produce(*inputs)), mistake))
+            except Exception:  # noqa: BLE001 - a mistake that does not apply to these inputs
+                continue
+        return found
+
+    return compute
 
 
 def assert_number(answer, expected, what, *, rtol=0.0, integer=False, hint="", wrong=()):
     """A conceptual answer: a number equal to ``expected`` (within ``rtol``); a wrong one
     fails with the tolerance and ``hint`` (how to get there, never the value), or, when it
-    equals (within ``rtol``) a known wrong answer of ``wrong`` (``[(value, mistake)]``), with
-    that mistake named."""
+    equals a known wrong answer of ``wrong`` (``[(value, mistake)]``, or a function returning
+    them, see :func:`wrong_answers`), with that mistake named (a mistake whose answer is the right one
+    is never named). A known wrong answer that is a whole number matches to within ``rtol``, any
+    other to within ``max(rtol, 1e-3)``, relative (an answer typed from a printed value, 16.1 GB,
+    still names its slip); the nearest one is named."""
     if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
         fail(f"{what} must be a number, got {type(answer).__name__}.")
+    if not np.isfinite(float(answer)):
+        fail(f"{what} must be a finite number, got {answer}.{' ' + hint if hint else ''}")
+    if abs(float(answer) - expected) <= rtol * abs(expected) and not (integer and float(answer) != int(answer)):
+        return
+    within = f"checked to within {rtol:.3g} of the answer, relative" if rtol else "checked exactly"
+    near = [(abs(float(answer) - value), mistake) for value, mistake in (wrong() if callable(wrong) else wrong)
+            if abs(float(answer) - value) <= max(rtol, 0.0 if float(value).is_integer() else 1e-3) * abs(value)
+            and not abs(value - expected) <= rtol * abs(expected)]
+    if near:
+        fail(f"{what} is not correct ({within}). {diagnosis(min(near, key=lambda n: n[0])[1])}")
     if integer and float(answer) != int(answer):
-        fail(f"{what} must be a whole number, got {answer}.")
-    if not abs(float(answer) - expected) <= rtol * abs(expected):
-        within = f"checked to within {rtol:.3g} of the answer, relative" if rtol else "checked exactly"
-        for value, mistake in wrong:
-            if abs(float(answer) - value) <= max(rtol, 1e-12) * abs(value):
-                fail(f"{what} is not correct ({within}). {diagnosis(mistake)}")
-        fail(f"{what} is not correct ({within}).{' ' + hint if hint else ''}")
+        fail(f"{what} must be a whole number, got {answer}.{' ' + hint if hint else ''}")
+    fail(f"{what} is not correct ({within}).{' ' + hint if hint else ''}")
 
 
 def assert_choice(answer, expected, what, choices, *, hint=""):

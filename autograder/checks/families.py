@@ -7,8 +7,8 @@ four projections and a softmax).
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_choice, assert_close, assert_equal_mask, call, hidden_test,
-                      rng, to_numpy)
+from ._common import (Mistake, assert_choice, assert_close, assert_equal_mask, call, cascade, hidden_test,
+                      hinted, rng, suspects, to_numpy)
 
 F64 = dict(rtol=1e-7, atol=1e-8)
 FAMILIES = ("A", "B", "C")  # A encoder-only, B decoder-only, C encoder-decoder
@@ -21,15 +21,52 @@ def _key_padding(lengths, T):
     return (np.arange(T) < lengths[:, None])[:, None, :]
 
 
+def _causal(T):
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
+# The typical wrong versions of each function (chapter 5's warnings): what each returns on the
+# check's inputs, so that a verdict can name the mistake. The test suite plants every one.
+MISTAKES = {
+    "encoder_mask": (
+        Mistake("encoder-mask-causal", "the encoder's mask is causal; an encoder reads its whole input at once.",
+                "An encoder is bidirectional: every query sees every real key (j < length), before and after it.",
+                lambda lengths, T: _key_padding(lengths, T) & _causal(T)),
+        Mistake("encoder-mask-padding-queries", "the padding is applied to the queries (rows), not to the keys.",
+                "Hide the padding keys (columns j >= length); a padding query's row does not matter.",
+                lambda lengths, T: np.swapaxes(np.broadcast_to(_key_padding(lengths, T), (len(lengths), T, T)), -1, -2)),
+    ),
+    "decoder_mask": (
+        Mistake("decoder-mask-no-padding", "the mask is causal only: padding keys stay visible.",
+                "Combine the causal mask (j <= i) with the padding mask (j < length): a & b.",
+                lambda lengths, T: np.broadcast_to(_causal(T), (len(lengths), T, T))),
+    ),
+    "cross_attention": (
+        Mistake("cross-causal", "a causal mask is applied in cross-attention (and the memory mask is lost).",
+                "Cross-attention has no causal mask: every query may see every (real) memory position; apply only "
+                "memory_mask.",
+                lambda x, memory, params, n_heads, mask: ref.cross_attention(
+                    x, memory, params, n_heads, memory_mask=np.tril(np.ones((x.shape[-2], memory.shape[-2]), bool)))),
+        Mistake("cross-keys-from-x", "the keys and values come from x, not from the encoder's memory.",
+                "Queries come from x; keys and values from memory: memory @ wk + bk, memory @ wv + bv.",
+                lambda x, memory, params, n_heads, mask: ref.cross_attention(x, x, params, n_heads)),
+    ),
+}
+# decoder_mask calls encoder_mask
+MISTAKES["decoder_mask"] += cascade(MISTAKES["encoder_mask"], "encoder_mask",
+                                    lambda produce: lambda lengths, T: produce(lengths, T) & _causal(T))
+
+
 @hidden_test
 def check_encoder_mask(encoder_mask):
     """Bidirectional self-attention over the real (non-padding) tokens."""
     for lengths, T in LENGTH_CASES:
         what = f"encoder_mask(lengths={lengths.tolist()}, T={T})"
         expected = np.broadcast_to(_key_padding(lengths, T), (len(lengths), T, T))
-        assert_equal_mask(call(encoder_mask, lengths, T, what=what), expected, what,
-                          hint="Every query may see every real key; padding keys (j >= length) "
-                               "are hidden.")
+        hint = "Every query may see every real key; padding keys (j >= length) are hidden; shape (B, T, T)."
+        with hinted(hint):
+            assert_equal_mask(call(encoder_mask, lengths, T, what=what), expected, what, hint=hint,
+                              mistakes=suspects(MISTAKES["encoder_mask"], lengths, T))
 
 
 @hidden_test
@@ -38,8 +75,10 @@ def check_decoder_mask(decoder_mask):
     for lengths, T in LENGTH_CASES:
         what = f"decoder_mask(lengths={lengths.tolist()}, T={T})"
         expected = _key_padding(lengths, T) & ref.causal_mask(T)
-        assert_equal_mask(call(decoder_mask, lengths, T, what=what), expected, what,
-                          hint="Combine the causal mask (j <= i) with the padding mask (j < length).")
+        hint = "Combine the causal mask (j <= i) with the padding mask (j < length); shape (B, T, T)."
+        with hinted(hint):
+            assert_equal_mask(call(decoder_mask, lengths, T, what=what), expected, what, hint=hint,
+                              mistakes=suspects(MISTAKES["decoder_mask"], lengths, T))
 
 
 @hidden_test
@@ -47,8 +86,11 @@ def check_prefix_lm_mask(prefix_lm_mask):
     """Prefix LM: bidirectional inside the prefix, causal after it."""
     for T, prefix_len in [(5, 0), (5, 5), (6, 2), (1, 1), (7, 3)]:
         what = f"prefix_lm_mask(T={T}, prefix_len={prefix_len})"
-        assert_equal_mask(call(prefix_lm_mask, T, prefix_len, what=what),
-                          ref.prefix_lm_mask(T, prefix_len), what)
+        hint = ("Query i sees key j iff j <= i (causal) or j < prefix_len (the prefix is read both ways); "
+                "shape (T, T).")
+        with hinted(hint):
+            assert_equal_mask(call(prefix_lm_mask, T, prefix_len, what=what), ref.prefix_lm_mask(T, prefix_len),
+                              what, hint=hint)
 
 
 def _attention_params(d_model, n_heads, seed):
@@ -68,11 +110,13 @@ def check_cross_attention(cross_attention):
         x, memory = g.standard_normal(x_shape), g.standard_normal(m_shape)
         params = _attention_params(x_shape[-1], n_heads, seed=30 + n_heads)
         what = f"cross_attention (x of shape {x_shape}, memory of shape {m_shape})"
-        out = to_numpy(call(cross_attention, x, memory, params, n_heads, mask, what=what), what)
-        expected = ref.cross_attention(x, memory, params, n_heads, memory_mask=mask)
-        assert_close(out, expected, what, **F64,
-                     hint="Queries come from x (x @ wq + bq), keys and values from memory; "
-                          "no causal mask in cross-attention.")
+        hint = ("Queries come from x (x @ wq + bq), keys and values from memory; "
+                "no causal mask in cross-attention.")
+        with hinted(hint):
+            out = to_numpy(call(cross_attention, x, memory, params, n_heads, mask, what=what), what)
+            expected = ref.cross_attention(x, memory, params, n_heads, memory_mask=mask)
+            assert_close(out, expected, what, **F64, hint=hint,
+                         mistakes=suspects(MISTAKES["cross_attention"], x, memory, params, n_heads, mask))
 
 
 FAMILY_HINT = ("Ask whether the task reads its whole input at once, generates text left to right, or turns "

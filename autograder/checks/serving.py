@@ -17,8 +17,8 @@ import math
 import numpy as np
 from transformer_ref import numpy as ref
 
-from ._common import (assert_close, assert_number, call, expect_value_error, fail, hidden_test, rng,
-                      to_numpy, tolerance)
+from ._common import (Mistake, assert_close, assert_number, call, cascade, expect_value_error, fail, fail_as,
+                      hidden_test, hinted, rng, suspects, to_numpy, tolerance, wrong_answers)
 
 F64 = dict(rtol=1e-7, atol=1e-9)
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -46,6 +46,98 @@ def _reference(q, k, v, n_splits=1):
     return (out[0], lse[0]) if extra else (out, lse)
 
 
+def _lse_no_max(q, k, v):
+    """attention_with_lse without the row maximum: exp overflows for large scores (inf / inf = NaN),
+    and a piece with no key gives 0 / 0."""
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    m = 0.0 * scores.max(axis=-1, keepdims=True, initial=-np.inf)
+    p = np.exp(scores)
+    total = p.sum(axis=-1, keepdims=True)
+    return (p @ v) / total, (m + np.log(total))[..., 0]
+
+
+def _merge(outs, lses, *, weighted=True, guard=True):
+    """merge_attention as the known mistakes compute it: ``weighted=False`` weighs every block 1;
+    ``guard=False`` subtracts a maximum of -inf (a row no block saw gives NaN)."""
+    outs, lses = np.stack(outs), np.stack(lses)
+    m = lses.max(axis=0)
+    m = np.where(np.isfinite(m), m, 0.0) if guard else m
+    w = np.exp(lses - m) if weighted else np.ones_like(lses)
+    total = w.sum(axis=0)
+    out = (w[..., None] * outs).sum(axis=0) / np.where(total > 0, total, 1.0)[..., None]
+    return out, m + np.log(total)
+
+
+def _decoding(q, k, v, n_splits, lse=None, merge=None, *, remainder_last=False):
+    """flash_decoding from ``lse(q, k, v)`` and ``merge(outs, lses)`` (each possibly a known
+    mistake's); ``remainder_last``: the remainder of S / n_splits given to the last piece."""
+    S = k.shape[-2]
+    sizes = ([S // n_splits] * (n_splits - 1) + [S - (n_splits - 1) * (S // n_splits)] if remainder_last
+             else [S // n_splits + (i < S % n_splits) for i in range(n_splits)])
+    cuts = np.cumsum([0] + sizes)
+    pieces = [(lse or _reference)(q, k[..., a:b, :], v[..., a:b, :]) for a, b in zip(cuts[:-1], cuts[1:])]
+    out, total = (merge or ref.merge_attention)([p[0] for p in pieces], [p[1] for p in pieces])
+    return out, total, np.stack([p[1] for p in pieces])
+
+
+def _gather(pool, block_table, length, *, use_table=True):
+    """gather_kv; ``use_table=False``: block p // block_size read straight from the pool (the mistake)."""
+    positions = np.arange(length)
+    blocks = positions // pool.shape[2]
+    if use_table:
+        blocks = np.asarray(block_table, dtype=int)[blocks]
+    return np.swapaxes(pool[blocks, :, positions % pool.shape[2]], 0, 1)
+
+
+GATHER_IGNORES_THE_TABLE = Mistake(
+    "gather-ignores-the-table", "position p is looked up in pool block p // block_size, not in the block the "
+    "block table names.", "Read the block number from the table: block_table[p // block_size], then slot "
+    "p % block_size.", lambda pool, table, length: _gather(pool, table, length, use_table=False))
+
+# The typical wrong versions of each function (chapter 8's warnings): what each returns on the
+# check's inputs, so that a verdict can name the mistake. The test suite plants every one.
+MISTAKES = {
+    "attention_with_lse": (
+        Mistake("lse-no-max", "exp of the scores is taken without subtracting the row maximum: large scores "
+                "overflow (inf / inf = NaN).", "Subtract the row maximum m before exp and add it back to the lse: "
+                "lse = m + log(sum exp(s - m)); with no keys use m = 0 so that out is 0 and lse = -inf.",
+                _lse_no_max),
+    ),
+    "merge_attention": (
+        Mistake("merge-by-block-size", "every block gets the same weight, whatever its lse.",
+                "Weight block b by exp(lse_b - lse): a block whose scores are larger counts more.",
+                lambda outs, lses: _merge(outs, lses, weighted=False)),
+        Mistake("merge-nan-unseen-rows", "a row that no block saw (every lse_b = -inf) gives exp(-inf - (-inf)) = NaN.",
+                "Where the largest lse_b is -inf, subtract 0 instead: the row gets zeros and lse = -inf.",
+                lambda outs, lses: _merge(outs, lses, guard=False)),
+    ),
+    "flash_decoding": (
+        Mistake("decoding-remainder-last", "the last piece takes the whole remainder of S / n_splits.",
+                "Give the remainder to the first pieces, one key each: the longer pieces first "
+                "(np.array_split does this).",
+                lambda q, k, v, n: _decoding(q, k, v, n, remainder_last=True)),
+    ),
+    "gather_kv": (GATHER_IGNORES_THE_TABLE,),
+    "append_kv": (
+        Mistake("append-takes-from-the-back", "new blocks are taken from the back of the free list.",
+                "Take new blocks from the front of the free list: free_list[:needed].",
+                lambda table, free, needed: list(table) + list(free[::-1][:needed])),
+        Mistake("append-ignores-room-in-the-last-block", "a new block is taken for the new positions even when the "
+                "last block still has room.", "Count the blocks the sequence needs in all, "
+                "ceil((length + T_new) / block_size), and take only those it does not have yet.",
+                lambda table, free, needed, block_size, t_new: list(table) + list(free[:-(-t_new // block_size)])),
+        Mistake("append-no-value-error", "it does not check that the free list holds the blocks it needs.",
+                "Raise ValueError when the sequence needs more new blocks than the free list holds."),
+    ),
+}
+# flash_decoding calls attention_with_lse and merge_attention
+MISTAKES["flash_decoding"] += (
+    cascade(MISTAKES["attention_with_lse"], "attention_with_lse",
+            lambda produce: lambda q, k, v, n: _decoding(q, k, v, n, lse=produce))
+    + cascade(MISTAKES["merge_attention"], "merge_attention",
+              lambda produce: lambda q, k, v, n: _decoding(q, k, v, n, merge=produce)))
+
+
 def _lse_cases():
     g = rng(801)
     yield "one decoding query, batch and heads", g.standard_normal((2, 3, 1, 8)), \
@@ -63,14 +155,16 @@ def check_attention_with_lse(attention_with_lse):
     """Output and log-sum-exp of one piece of keys; an empty piece gives zeros and -inf."""
     for label, q, k, v in _lse_cases():
         what = f"attention_with_lse ({label})"
-        out, lse = _pair(call(attention_with_lse, q, k, v, what=what), what)
         out_exp, lse_exp = _reference(q, k, v)
-        tol = tolerance(out, f64=F64, f32=F32)
-        assert_close(to_numpy(out, what), out_exp, f"{what}, out", **tol,
-                     hint="out = softmax(q k^T / sqrt(D)) v; with no keys, out is zeros.")
-        assert_close(to_numpy(lse, what), lse_exp, f"{what}, lse", **tol,
-                     hint="lse = m + log(sum exp(s - m)) with m the row maximum (subtracting it keeps "
-                          "exp from overflowing); with no keys, lse = -inf (log 0).")
+        hint = ("out = softmax(q k^T / sqrt(D)) v; lse = m + log(sum exp(s - m)) with m the row maximum "
+                "(subtracting it keeps exp from overflowing); with no keys, out is zeros and lse = -inf (log 0).")
+        with hinted(hint):
+            out, lse = _pair(call(attention_with_lse, q, k, v, what=what), what)
+            tol = tolerance(out, f64=F64, f32=F32)
+            for i, name, expected in [(0, "out", out_exp), (1, "lse", lse_exp)]:
+                known = suspects(MISTAKES["attention_with_lse"], q, k, v, pick=i)
+                assert_close(to_numpy((out, lse)[i], what, mistakes=known), expected, f"{what}, {name}", **tol,
+                             hint=hint, mistakes=known)
 
 
 def _pieces(q, k, v, cuts):
@@ -99,22 +193,31 @@ def check_merge_attention(merge_attention):
     for label, (q, k, v), cuts in _merge_cases():
         outs, lses = _pieces(q, k, v, cuts)
         what = f"merge_attention ({label})"
-        out, lse = _pair(call(merge_attention, outs, lses, what=what), what)
         out_exp, lse_exp = ref.merge_attention(outs, lses)
-        tol = tolerance(out, f64=F64, f32=F32)
-        hint = ("Weight block b by exp(lse_b - lse) with lse = log sum_b exp(lse_b), computed after "
-                "subtracting the largest lse_b.")
-        assert_close(to_numpy(out, what), out_exp, f"{what}, out", **tol, hint=hint)
-        assert_close(to_numpy(lse, what), lse_exp, f"{what}, lse", **tol, hint=hint)
+        with hinted(MERGE_HINT):
+            out, lse = _pair(call(merge_attention, outs, lses, what=what), what)
+            tol = tolerance(out, f64=F64, f32=F32)
+            for i, name, expected in [(0, "out", out_exp), (1, "lse", lse_exp)]:
+                known = suspects(MISTAKES["merge_attention"], outs, lses, pick=i)
+                assert_close(to_numpy((out, lse)[i], what, mistakes=known), expected, f"{what}, {name}", **tol,
+                             hint=MERGE_HINT, mistakes=known)
     # rows that some or all blocks did not see (lse = -inf, zero outputs), as masks produce them
     outs = [np.array([[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]]), np.array([[3.0, 4.0], [5.0, 6.0], [0.0, 0.0]])]
     lses = [np.array([0.0, -np.inf, -np.inf]), np.array([np.log(3.0), 0.5, -np.inf])]
     what = "merge_attention (a row one block did not see, a row no block saw)"
-    out, lse = _pair(call(merge_attention, outs, lses, what=what), what)
-    tol = tolerance(out, f64=F64, f32=F32)
     hint = "A row that no block saw has every lse_b = -inf: return zeros and lse = -inf, not NaN."
-    assert_close(to_numpy(out, what), [[2.5, 3.5], [5.0, 6.0], [0.0, 0.0]], f"{what}, out", **tol, hint=hint)
-    assert_close(to_numpy(lse, what), [np.log(4.0), 0.5, -np.inf], f"{what}, lse", **tol, hint=hint)
+    with hinted(hint):
+        out, lse = _pair(call(merge_attention, outs, lses, what=what), what)
+        tol = tolerance(out, f64=F64, f32=F32)
+        for i, name, expected in [(0, "out", [[2.5, 3.5], [5.0, 6.0], [0.0, 0.0]]),
+                                  (1, "lse", [np.log(4.0), 0.5, -np.inf])]:
+            known = suspects(MISTAKES["merge_attention"], outs, lses, pick=i)
+            assert_close(to_numpy((out, lse)[i], what, mistakes=known), expected, f"{what}, {name}", **tol,
+                         hint=hint, mistakes=known)
+
+
+MERGE_HINT = ("Weight block b by exp(lse_b - lse) with lse = log sum_b exp(lse_b), computed after "
+              "subtracting the largest lse_b.")
 
 
 def _decoding_cases():
@@ -133,18 +236,21 @@ def check_flash_decoding(flash_decoding):
     """Split-K attention: the merged result equals one pass, and each piece's lse is that piece's."""
     for label, q, k, v, n_splits in _decoding_cases():
         what = f"flash_decoding ({label})"
-        out, lse, piece_lses = _pair(call(flash_decoding, q, k, v, n_splits, what=what), what,
-                                     ("out", "lse", "piece_lses"), 3)
         out_exp, lse_exp = _reference(q, k, v, n_splits)
-        tol = tolerance(out, f64=F64, f32=F32)
-        assert_close(to_numpy(out, what), out_exp, f"{what}, out", **tol)
-        assert_close(to_numpy(lse, what), lse_exp, f"{what}, lse", **tol)
         S = k.shape[-2]
         cuts = np.cumsum([0] + [S // n_splits + (i < S % n_splits) for i in range(n_splits)])
-        expected = np.stack(_pieces(q, k, v, cuts)[1])
-        assert_close(to_numpy(piece_lses, what), expected, f"{what}, piece_lses", **tol,
-                     hint=f"Cut the {S} keys into {n_splits} contiguous pieces whose sizes differ by at most "
-                          "one, the longer pieces first (np.array_split does this), and stack their lse.")
+        hint = (f"Cut the {S} keys into {n_splits} contiguous pieces whose sizes differ by at most "
+                "one, the longer pieces first (np.array_split does this), attend to each with attention_with_lse, "
+                "merge them with merge_attention, and stack the pieces' lse.")
+        with hinted(hint):
+            out, lse, piece_lses = _pair(call(flash_decoding, q, k, v, n_splits, what=what), what,
+                                         ("out", "lse", "piece_lses"), 3)
+            tol = tolerance(out, f64=F64, f32=F32)
+            for i, name, expected in [(0, "out", out_exp), (1, "lse", lse_exp),
+                                      (2, "piece_lses", np.stack(_pieces(q, k, v, cuts)[1]))]:
+                known = suspects(MISTAKES["flash_decoding"], q, k, v, n_splits, pick=i)
+                assert_close(to_numpy((out, lse, piece_lses)[i], what, mistakes=known), expected, f"{what}, {name}",
+                             **tol, hint=hint, mistakes=known)
 
 
 def _expected_gather(pool, block_table, length):
@@ -163,10 +269,12 @@ def check_gather_kv(gather_kv):
     pool = g.standard_normal((12, 2, 4, 3))  # 12 blocks of 4 positions, 2 KV heads, D = 3
     for table, length in [([7, 2, 9], 11), ([0], 4), ([5, 11, 3, 0, 8], 17), ([6], 1), ([], 0), ([4, 1], 8)]:
         what = f"gather_kv(block_table={table}, length={length})"
-        out = to_numpy(call(gather_kv, pool, table, length, what=what), what)
-        assert_close(out, _expected_gather(pool, table, length), what, **EXACT,
-                     hint="Position p is at pool[block_table[p // block_size], :, p % block_size]; "
-                          "return (H_kv, length, D) and drop the unused end of the last block.")
+        hint = ("Position p is at pool[block_table[p // block_size], :, p % block_size]; "
+                "return (H_kv, length, D) and drop the unused end of the last block.")
+        with hinted(hint):
+            out = to_numpy(call(gather_kv, pool, table, length, what=what), what)
+            assert_close(out, _expected_gather(pool, table, length), what, **EXACT, hint=hint,
+                         mistakes=suspects(MISTAKES["gather_kv"], pool, table, length))
 
 
 def _as_ints(value, what, name):
@@ -193,25 +301,36 @@ def check_append_kv(append_kv):
         table, length = tables.get(seq, []), lengths.get(seq, 0)
         new = g.standard_normal((H, t_new, D))
         what = f"append_kv (sequence {seq!r} holding {length} positions, {t_new} new)"
-        result = call(append_kv, pool, list(table), list(free), length, new, what=what)
-        if not (isinstance(result, tuple) and len(result) == 3):
-            fail(f"{what} must return a tuple (pool, block_table, free_list).")
-        new_pool, new_table, new_free = result
-        needed = max(0, math.ceil((length + t_new) / block_size) - len(table))
-        new_table = _as_ints(new_table, what, "block_table")
-        new_free = _as_ints(new_free, what, "free_list")
+        with hinted(APPEND_HINT):
+            result = call(append_kv, pool, list(table), list(free), length, new, what=what)
+            if not (isinstance(result, tuple) and len(result) == 3):
+                fail(f"{what} must return a tuple (pool, block_table, free_list).")
+            new_pool, new_table, new_free = result
+            needed = max(0, math.ceil((length + t_new) / block_size) - len(table))
+            new_table = _as_ints(new_table, what, "block_table")
+            new_free = _as_ints(new_free, what, "free_list")
         if new_table != table + free[:needed]:
-            fail(f"{what}: the block table should become {table + free[:needed]}, got {new_table}. Take a "
-                 f"block only when the sequence's blocks are full, and take them from the front of the free list.")
+            message = f"{what}: the block table should become {table + free[:needed]}, got {new_table}"
+            back, room = MISTAKES["append_kv"][:2]
+            if needed and new_table == back.produce(table, free, needed):
+                fail_as(message, back)
+            if new_table == room.produce(table, free, needed, block_size, t_new):
+                fail_as(message, room)
+            fail(f"{message}. {APPEND_HINT}")
         if new_free != free[needed:]:
-            fail(f"{what}: the free list should become {free[needed:]}, got {new_free}.")
+            fail(f"{what}: the free list should become {free[needed:]}, got {new_free}. {APPEND_HINT}")
         stored[seq] = np.concatenate([stored.get(seq, np.zeros((H, 0, D))), new], axis=1)
         expected = pool.copy()
         for p in range(length, length + t_new):
             expected[new_table[p // block_size], :, p % block_size] = new[:, p - length]
-        assert_close(to_numpy(new_pool, what), expected, f"{what}, pool", **EXACT,
-                     hint="Write position p to pool[block_table[p // block_size], :, p % block_size] and "
-                          "leave every other slot as it was.")
+        wrong_blocks = pool.copy()  # the positions written to block p // block_size, table or not
+        for p in range(length, length + t_new):
+            wrong_blocks[p // block_size, :, p % block_size] = new[:, p - length]
+        hint = ("Write position p to pool[block_table[p // block_size], :, p % block_size] and "
+                "leave every other slot as it was.")
+        with hinted(hint):
+            assert_close(to_numpy(new_pool, what), expected, f"{what}, pool", **EXACT, hint=hint,
+                         mistakes=[(GATHER_IGNORES_THE_TABLE, wrong_blocks)])
         pool, free = expected, free[needed:]
         tables[seq], lengths[seq] = new_table, length + t_new
     for seq in tables:  # and what each sequence holds reads back in order
@@ -220,25 +339,61 @@ def check_append_kv(append_kv):
     # block 2 holds 3 positions (1 slot left) and 1 block is free: room for 5 positions, not 6
     expect_value_error(append_kv, pool, [2], [1], 3, np.zeros((H, 6, D)),
                        what="append_kv with 6 new positions, 1 free slot in the last block and 1 free block",
-                       argument="number of new positions (more than the free blocks hold)")
+                       argument="number of new positions (more than the free blocks hold)",
+                       mistake=MISTAKES["append_kv"][2])
+
+
+APPEND_HINT = ("Take a block only when the sequence's blocks are full, and take them from the front of the free "
+               "list; raise ValueError when the free list is too short.")
 
 
 def _request_blocks():
     return sum(math.ceil(n / BLOCK_SIZE) for n in REQUEST_LENGTHS)
 
 
+# Known wrong answers of the conceptual questions, from the same model as the answers
+WRONG_ANSWERS = {
+    "ANSWER_BLOCKS": (
+        Mistake("blocks-rounded-down", "each request's blocks are rounded down: its last, partly filled block is "
+                "missing.", "A request of n positions needs ceil(n / block_size) blocks: round up.",
+                lambda: sum(n // BLOCK_SIZE for n in REQUEST_LENGTHS)),
+        Mistake("blocks-pooled", "the positions of all requests are packed together; each request has its own blocks.",
+                "A block belongs to one request: add up ceil(n / block_size) request by request.",
+                lambda: math.ceil(sum(REQUEST_LENGTHS) / BLOCK_SIZE)),
+    ),
+    "ANSWER_WASTED_SLOTS": (
+        Mistake("wasted-slots-pooled", "the waste is counted as if the requests shared blocks.",
+                "Each request wastes the empty end of its own last block: blocks * block_size - positions, with the "
+                "blocks counted request by request.",
+                lambda: math.ceil(sum(REQUEST_LENGTHS) / BLOCK_SIZE) * BLOCK_SIZE - sum(REQUEST_LENGTHS)),
+        Mistake("wasted-slots-used", "the answer counts the used slots, not the empty ones.",
+                "Wasted slots are the allocated ones no position uses: blocks * block_size - positions.",
+                lambda: sum(REQUEST_LENGTHS)),
+    ),
+    "ANSWER_CONTIGUOUS_WASTE": (
+        Mistake("contiguous-waste-reserved", "the answer is every reserved position; the positions in use are not "
+                "waste.", "Subtract the positions the requests use from the 3 x 2,048 reserved.",
+                lambda: len(REQUEST_LENGTHS) * RESERVED),
+    ),
+}
+
+
 @hidden_test
 def check_answer_blocks(answer):
-    assert_number(answer, _request_blocks(), "ANSWER_BLOCKS", integer=True)
+    assert_number(answer, _request_blocks(), "ANSWER_BLOCKS", integer=True,
+                  wrong=wrong_answers(WRONG_ANSWERS["ANSWER_BLOCKS"]),
+                  hint=f"Each request of n positions takes ceil(n / {BLOCK_SIZE}) blocks of its own; add them up.")
 
 
 @hidden_test
 def check_answer_wasted_slots(answer):
     assert_number(answer, _request_blocks() * BLOCK_SIZE - sum(REQUEST_LENGTHS), "ANSWER_WASTED_SLOTS",
-                  integer=True)
+                  integer=True, wrong=wrong_answers(WRONG_ANSWERS["ANSWER_WASTED_SLOTS"]),
+                  hint=f"The slots of the allocated blocks ({BLOCK_SIZE} each) that no position fills.")
 
 
 @hidden_test
 def check_answer_contiguous_waste(answer):
     assert_number(answer, len(REQUEST_LENGTHS) * RESERVED - sum(REQUEST_LENGTHS), "ANSWER_CONTIGUOUS_WASTE",
-                  integer=True)
+                  integer=True, wrong=wrong_answers(WRONG_ANSWERS["ANSWER_CONTIGUOUS_WASTE"]),
+                  hint=f"Each request reserves {RESERVED:,} positions; the waste is what the requests leave unused.")

@@ -544,7 +544,7 @@ def assignment_stats(root, db_url, assignment):
             if took is not None:
                 seconds.append((sub.student, took))
             if sub.failed_tests:
-                collect_messages(root, sub, assignment, groups)
+                collect_messages(root, sub, assignment, groups, where)
     roster = roster_ids(root)
     return AssignmentStats(
         assignment=assignment, duedate=duedate, max_score=max_score, parts=parts,
@@ -561,11 +561,14 @@ def assignment_stats(root, db_url, assignment):
         not_on_roster=sorted(submitted - set(roster)) if roster is not None else [])
 
 
-def collect_messages(root, sub, assignment, groups):
+def collect_messages(root, sub, assignment, groups, where=None):
     """Add the failures of ``sub``'s autograded notebooks to ``groups``: a diagnosed mistake
     (the checks' ``[mistake: key]``) once per student whatever cells it failed, any other
     message by test cell and normalised text, and a notebook that gave no message at all
-    (unreadable, or no test cell ran) as one row, not one per cell."""
+    (unreadable, or no test cell ran) as one row, not one per cell. With ``where`` (test cell ->
+    part, :func:`part_of`), an undiagnosed failure of a part in which a test cell of the same
+    student names a mistake (a visible test of the part beside the hidden one that diagnosed it)
+    counts as that mistake: the mistake is counted once, not once more as a message."""
     notebooks = {nb for nb, _ in sub.failed_tests}
     for notebook in sorted(notebooks):
         path = Path(root) / AUTOGRADED / sub.student / assignment / f"{notebook}.ipynb"
@@ -574,11 +577,18 @@ def collect_messages(root, sub, assignment, groups):
             group = groups.setdefault(("", NO_MESSAGES), MessageGroup(WHOLE_NOTEBOOK, NO_MESSAGES))
             group.add(sub.student, WHOLE_NOTEBOOK)
             continue
-        for nb, cell in sorted(sub.failed_tests):
-            if nb != notebook:
-                continue
-            raw = found.get(cell, "(no message: the cell did not run)")
+        cells = sorted(cell for nb, cell in sub.failed_tests if nb == notebook)
+        raws = {cell: found.get(cell, "(no message: the cell did not run)") for cell in cells}
+        diagnosed = {}  # part -> (key, message) of its first diagnosed cell
+        for cell in cells:
+            key, part = diagnosis_key(raws[cell]), (where or {}).get((notebook, cell))
+            if key and part is not None:
+                diagnosed.setdefault(part, (key, raws[cell]))
+        for cell in cells:
+            raw = raws[cell]
             key = diagnosis_key(raw)
+            if not key and where and (notebook, cell) in where and where[notebook, cell] in diagnosed:
+                key, raw = diagnosed[where[notebook, cell]]
             if key:
                 group = groups.setdefault(("mistake", key), MessageGroup(
                     cell, normalize_message(diagnosis_sentence(raw)), mistake=key))

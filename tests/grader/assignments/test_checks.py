@@ -8,6 +8,7 @@ checks also require a correct result; visible test cells pass the solution quiet
 import importlib
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,8 @@ from notebooks import ASSIGNMENTS, hidden_checks, meta, read, solved_namespace, 
 
 from autograder.checks import block, causal, families, flash, gqa, rope, serving  # noqa: E402
 from autograder.checks._common import diagnosis_key  # noqa: E402
+
+CHECK_MODULES = (block, causal, families, flash, gqa, rope, serving)
 from autograder.core.assignments import REGISTRY  # noqa: E402
 
 
@@ -192,6 +195,9 @@ MUTANTS = [
     ("softmax-nan-rows", "03-causal-mask", causal.check_masked_softmax, "masked_softmax",
      [("row_max = np.where(np.isfinite(row_max), row_max, 0.0)", ""),
       ("return e / np.where(total > 0, total, 1.0)", "return e / total")], "NaN"),
+    ("softmax-finite-fill", "03-causal-mask", causal.check_masked_softmax, "masked_softmax",
+     [("masked = np.where(mask, scores, -np.inf)", "masked = np.where(mask, scores, -1e9)"),
+      ("e = np.where(mask, np.exp(masked - row_max), 0.0)", "e = np.exp(masked - row_max)")], "values are wrong"),
     ("softmax-unstable", "03-causal-mask", causal.check_masked_softmax, "masked_softmax",
      [("np.exp(masked - row_max)", "np.exp(masked)")], "NaN"),
     ("attention-no-scale", "03-causal-mask", causal.check_causal_attention, "causal_attention",
@@ -204,7 +210,13 @@ MUTANTS = [
        "var = x.var(axis=-1, ddof=1, keepdims=True)")], "values are wrong"),
     ("ffn-relu", "04-transformer-block", block.check_feed_forward, "feed_forward",
      [("return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))", "return np.maximum(x, 0.0)")], "values are wrong"),
-    ("mha-scale-by-C", "04-transformer-block", block.check_multi_head_attention, "multi_head_attention",
+    ("ffn-gelu-tanh", "04-transformer-block", block.check_feed_forward, "feed_forward",
+     [("return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))",
+       "return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))")], "values are wrong"),
+    ("mha-no-scale", "04-transformer-block", block.check_multi_head_attention, "multi_head_attention",
+     [("scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(head_dim)\n", "scores = q @ np.swapaxes(k, -1, -2)\n")],
+     "values are wrong"),
+    ("mha-scale-by-width", "04-transformer-block", block.check_multi_head_attention, "multi_head_attention",
      [("/ np.sqrt(head_dim)\n", "/ np.sqrt(C)\n")], "values are wrong"),
     ("block-post-as-pre", "04-transformer-block", block.check_post_norm_block, "transformer_block",
      [('if norm_position == "post":', 'if norm_position == "never":')], "ValueError"),
@@ -212,6 +224,16 @@ MUTANTS = [
      [("return x + ffn(ln(x, \"ln2\"))", "return ffn(ln(x, \"ln2\"))")], "values are wrong"),
     ("params-no-norm-bias", "04-transformer-block", block.check_block_param_count, "block_param_count",
      [("norms = 2 * (2 * d_model if bias else d_model)", "norms = 2 * d_model")], "not correct"),
+    ("encoder-mask-causal", "05-families", families.check_encoder_mask, "encoder_mask",
+     [("return np.repeat(real_keys[:, None, :], T, axis=1)",
+       "return np.repeat(real_keys[:, None, :], T, axis=1) & np.tri(T, dtype=bool)")], "entries are wrong"),
+    ("encoder-mask-padding-queries", "05-families", families.check_encoder_mask, "encoder_mask",
+     [("return np.repeat(real_keys[:, None, :], T, axis=1)", "return np.repeat(real_keys[:, :, None], T, axis=2)")],
+     "entries are wrong"),
+    ("cross-keys-from-x", "05-families", families.check_cross_attention, "cross_attention",
+     [('k = split_heads(memory @ params["wk"] + params["bk"])', 'k = split_heads(x @ params["wk"] + params["bk"])'),
+      ('v = split_heads(memory @ params["wv"] + params["bv"])', 'v = split_heads(x @ params["wv"] + params["bv"])')],
+     "values are wrong"),
     ("decoder-mask-no-padding", "05-families", families.check_decoder_mask, "decoder_mask",
      [("return encoder_mask(lengths, T) & causal", "return np.broadcast_to(causal, (len(lengths), T, T))")],
      "entries are wrong"),
@@ -225,6 +247,9 @@ MUTANTS = [
      "NaN"),
     ("online-no-rescale", "06-flash-attention", flash.check_online_softmax, "online_softmax",
      [("l * np.exp(m - safe) + chunk_sum", "l + chunk_sum")], "values are wrong"),
+    ("flash-no-acc-rescale", "06-flash-attention", flash.check_flash_attention, "flash_attention",
+     [("acc = rescale[..., None] * acc + p @ v[..., j0:j1, :]", "acc = acc + p @ v[..., j0:j1, :]")],
+     "values are wrong"),
     ("flash-no-final-division", "06-flash-attention", flash.check_flash_attention, "flash_attention",
      [("out[..., i0:i1, :] = acc / np.where(l > 0, l, 1.0)[..., None]", "out[..., i0:i1, :] = acc")],
      "values are wrong"),
@@ -289,8 +314,8 @@ def _naive_window(q, k, v, window):
 def known_mistakes():
     """``{key: (function, Mistake)}`` of every checks module's table of known mistakes."""
     found = {}
-    for module in (block, causal, families, flash, gqa, rope, serving):
-        for function, mistakes in getattr(module, "MISTAKES", {}).items():
+    for module in CHECK_MODULES:
+        for function, mistakes in module.MISTAKES.items():
             for mistake in mistakes:
                 if mistake.cause:  # an earlier function's mistake, seen through this one
                     assert mistake.key in found, mistake
@@ -305,16 +330,36 @@ KNOWN = known_mistakes()
 
 @pytest.mark.parametrize("label, aid, check, name, edits, words", MUTANTS, ids=[m[0] for m in MUTANTS])
 def test_check_fails_a_typical_mistake(label, aid, check, name, edits, words):
-    """Every mutant fails with its words; a mutant of a known mistake (the checks' MISTAKES
-    tables, keyed by the mutant's label) is named, with its fix, in the verdict."""
+    """Every mutant fails with its words, and its verdict names it (the checks' MISTAKES tables,
+    keyed by the mutant's label) with its fix."""
     wrong = solved_namespace(aid, edits)[name]
     with pytest.raises(AssertionError, match=words) as failed:
         check(wrong)
-    if label in KNOWN:
-        function, mistake = KNOWN[label]
-        assert function == name
-        message = str(failed.value)
-        assert diagnosis_key(message) == label and mistake.fix in message, message
+    function, mistake = KNOWN[label]
+    assert function == name
+    message = str(failed.value)
+    assert diagnosis_key(message) == label and mistake.fix in message, message
+
+
+@pytest.mark.parametrize("aid", sorted({m[1] for m in MUTANTS}))
+def test_every_failure_of_a_mutant_names_its_mistake(aid):
+    """Each mutant's notebook against every hidden check of its assignment: every check that fails
+    (its own function's, and those of the parts that call it) names the mutant's mistake, so the
+    report counts it once; a later part that fails through an earlier one says to fix that first."""
+    checks = [(check, name) for a, check, name in PASSING if a == aid]
+    cascades, unnamed = 0, []
+    for label, _, _, function, edits, _ in (m for m in MUTANTS if m[1] == aid):
+        namespace = solved_namespace(aid, edits)
+        for check, name in checks:
+            try:
+                check(namespace[name])
+            except AssertionError as failed:
+                message = str(failed)
+                if diagnosis_key(message) != label:
+                    unnamed.append(f"{label} through {check.__name__}: {message}")
+                cascades += f"Fix {function} first" in message
+    assert not unnamed, "\n".join(unnamed)
+    assert cascades or aid in {"06-flash-attention"}, "no part of this assignment calls another: say so here"
 
 
 def test_a_cascade_names_the_earlier_functions_mistake(solutions):
@@ -329,19 +374,61 @@ def test_a_cascade_names_the_earlier_functions_mistake(solutions):
 
 def test_every_known_mistake_is_planted():
     """The checks' tables of known mistakes and the planted mutants are one list: every entry
-    of a table has its mutant here (so it is tested, and the class of the parity test has it)."""
-    assert set(KNOWN) <= {m[0] for m in MUTANTS}, set(KNOWN) - {m[0] for m in MUTANTS}
+    of a table has its mutant here and every mutant is a known mistake (so each is tested, and
+    the class of the parity test names every one)."""
+    assert set(KNOWN) == {m[0] for m in MUTANTS}, set(KNOWN) ^ {m[0] for m in MUTANTS}
 
 
-def test_wrong_answers_of_a_known_kind_are_named():
-    turn = 2 * np.pi / transformer_ref.numpy.rope_inv_freq(128, 10000.0)[-1]
-    for answer, key in [(turn / (2 * np.pi), "wavelength-no-2pi"), (turn * 360 / (2 * np.pi), "wavelength-in-degrees")]:
+WRONG_ANSWERS = [(module.__name__.rsplit(".", 1)[1], name, mistake) for module in CHECK_MODULES
+                 for name, mistakes in getattr(module, "WRONG_ANSWERS", {}).items() for mistake in mistakes]
+
+
+@pytest.mark.parametrize("module, name, mistake", WRONG_ANSWERS, ids=[w[2].key for w in WRONG_ANSWERS])
+def test_wrong_answers_of_a_known_kind_are_named(module, name, mistake):
+    """A known wrong answer (its value computed from the check's own model), exact or as typed
+    from a printed value, fails naming its mistake, never the right answer; a wrong answer of no
+    known kind names none."""
+    check = getattr(globals()[module], f"check_{name.lower()}")
+    wrong = mistake.produce()
+    right = float(solved_namespace(next(a for a, c, n in PASSING if c is check))[name])
+    assert wrong != right
+    typed = float(f"{wrong:.4g}") if not float(wrong).is_integer() else wrong  # as printed
+    for answer in (wrong, typed):
         with pytest.raises(AssertionError) as failed:
-            rope.check_answer_slowest_wavelength(answer)
-        assert diagnosis_key(str(failed.value)) == key and f"{answer:.0f}" not in str(failed.value)
+            check(answer)
+        message = str(failed.value)
+        assert diagnosis_key(message) == mistake.key and mistake.fix in message, message
+        shown = {f"{right:.4g}", f"{right:,.0f}", f"{right:.0f}"} if abs(right) >= 100 else {f"{right:.4g}"}
+        assert not re.search(rf"(?<![\d.])({'|'.join(map(re.escape, shown))})(?![\d])", message), message
     with pytest.raises(AssertionError) as failed:
-        rope.check_answer_slowest_wavelength(turn * 1.5)
+        check(right * 1.37 + 1)
     assert diagnosis_key(str(failed.value)) is None
+
+
+@pytest.mark.parametrize("aid, check, name", PASSING, ids=[p[1].__name__ for p in PASSING])
+def test_every_check_attaches_its_hint_whatever_the_failure(aid, check, name):
+    """An exception, NaN, a wrong type or a wrong number: the verdict says what is wrong and then
+    what to do (a second sentence), never only the symptom."""
+    def raises(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    def nans(*args, **kwargs):
+        return np.full((3, 3), np.nan)
+
+    if name.startswith("ANSWER_"):
+        if check.__module__.endswith("families"):  # letters: the choices are the hint
+            return
+        attempts = [float("nan"), 123456.789]
+    else:
+        attempts = [raises, nans]
+    for attempt in attempts:
+        with pytest.raises(AssertionError) as failed:
+            check(attempt)
+        message = str(failed.value)
+        if attempt is raises:  # the exception's own text, then the advice
+            assert message.split("RuntimeError: boom", 1)[1].strip(" ."), message
+        else:  # the symptom's sentence, then the advice
+            assert re.search(r"\.\s+\S", message), message
 
 
 def test_every_failure_carries_the_hint():
