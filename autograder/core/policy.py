@@ -11,6 +11,8 @@
   root, as :class:`CourseSettings`.
 * :func:`apply_late_policy`: write one assignment's due date and every submission's
   penalty into the gradebook, where exports and the formgrader read them.
+* :func:`load_service_rules`: what ``serve`` allows each student (attempts, cool-down,
+  which attempt counts, what a page shows before the due date), as :class:`AttemptRules`.
 
 Semantics are nbgrader's where the two overlap: a submission is late by
 ``timestamp - duedate`` (the student's extension included) and only when that is
@@ -410,13 +412,13 @@ def load_settings(root: str | Path) -> CourseSettings:
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: not valid TOML: {error}") from None
     try:
-        read_table(data, ("timezone", "late", "assignments") + SELF_CHECK_KEYS)
+        read_table(data, ("timezone", "late", "assignments", "service") + SELF_CHECK_KEYS)
         zone = read_setting(data, "timezone", read_zone) if "timezone" in data else None
         late = read_table(data.get("late", {}), ("policy",), "late")
         default = read_setting(late, "policy", read_policy, "late") if "policy" in late else LatePolicy()
         due_dates, policies = {}, {}
         for name, table in read_table(data.get("assignments", {}), None, "assignments").items():
-            read_table(table, ("due", "policy"), "assignments", name)
+            read_table(table, ("due", "policy", "service"), "assignments", name)
             if "due" in table:
                 due_dates[name] = read_setting(table, "due", lambda v: read_due(v, zone),
                                                "assignments", name)
@@ -528,3 +530,137 @@ def load_self_check(root: str | Path) -> SelfCheckSettings:
                                  f"not {data[key]!r}")
             values[name] = data[key]
     return SelfCheckSettings(**values)
+
+
+# -- what ``serve`` allows each student (the [service] tables) --------------------------
+COUNTS = ("last", "best")
+BEFORE_DUE = ("all", "visible")
+RULE_KEYS = ("attempts", "per_day", "cooldown", "counts", "before_due")
+SERVICE_KEYS = RULE_KEYS + ("instructors",)
+
+
+@dataclass(frozen=True)
+class AttemptRules:
+    """The attempts ``serve`` takes from one student for one assignment.
+
+    * ``attempts``: attempts in total (``None``: no limit); ``per_day``: attempts per day,
+      a day in the course's ``timezone`` (UTC without one); ``cooldown``: the least time
+      between two attempts;
+    * ``counts``: ``"last"`` (the newest graded attempt is the grade) or ``"best"`` (the
+      highest score; the newest of equals);
+    * ``before_due``: what a student is shown of an attempt before the due date:
+      ``"all"`` (the feedback page: every test cell's verdict) or ``"visible"`` (the score
+      and the verdicts of the test cells whose tests the student version shows; the page
+      once the due date has passed). An assignment without a due date is always past it.
+
+    Attempts refused by these rules are never graded and never counted.
+    """
+
+    attempts: int | None = None
+    per_day: int | None = None
+    cooldown: timedelta = timedelta(0)
+    counts: str = "last"
+    before_due: str = "all"
+
+
+@dataclass(frozen=True)
+class ServiceRules:
+    """``serve``'s settings of the course: the rules of each assignment, and the Hub users
+    who are instructors (besides the Hub's admins)."""
+
+    default: AttemptRules = AttemptRules()
+    assignments: dict[str, AttemptRules] = field(default_factory=dict)
+    instructors: frozenset[str] = frozenset()
+    zone: tzinfo = timezone.utc
+
+    def rules(self, assignment: str) -> AttemptRules:
+        """The rules of ``assignment``: its own table's, over the course's."""
+        return self.assignments.get(assignment, self.default)
+
+
+def read_count(value) -> int:
+    """A positive whole number of attempts."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("write a whole number of attempts, 1 or more")
+    return value
+
+
+def read_choice(choices):
+    def read(value):
+        if value not in choices:
+            raise ValueError(f"write one of {', '.join(map(repr, choices))}, not {value!r}")
+        return value
+    return read
+
+
+def read_cooldown(value) -> timedelta:
+    if not isinstance(value, str):
+        raise ValueError('write the cool-down as a string, e.g. "10m"')
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError(f"{value!r}: write a duration such as 30s, 10m or 1h") from None
+
+
+RULE_READERS = {"attempts": read_count, "per_day": read_count, "cooldown": read_cooldown,
+                "counts": read_choice(COUNTS), "before_due": read_choice(BEFORE_DUE)}
+
+
+def read_rules(table: dict, base: AttemptRules, *key: str) -> AttemptRules:
+    """``base`` with the keys of the TOML table ``table`` (at ``key``) replaced."""
+    values = {name: read_setting(table, name, RULE_READERS[name], *key)
+              for name in RULE_KEYS if name in table}
+    return replace(base, **values)
+
+
+def load_service_rules(root: str | Path) -> ServiceRules:
+    """``serve``'s rules from ``<root>/course.toml`` (all optional; defaults: no limits, the
+    last attempt counts, every verdict shown)::
+
+        [service]
+        attempts = 10            # per assignment, in total
+        per_day = 3              # per day (the course's timezone)
+        cooldown = "10m"         # between two attempts of one student
+        counts = "best"          # or "last"
+        before_due = "visible"   # or "all"
+        instructors = ["ada"]    # Hub users who see the instructor's view (Hub admins do)
+
+        [assignments."01-rope".service]
+        attempts = 20            # this assignment's own rules, over [service]'s
+
+    Late attempts are graded under the assignment's late policy (:func:`load_settings`). A bad
+    value or an unknown key raises a one-line ValueError naming the file and the key.
+    """
+    settings = load_settings(root)  # the file is checked whole: the same errors as grade's
+    if settings.source is None:
+        return ServiceRules()
+    with open(settings.source, "rb") as f:
+        data = tomllib.load(f)
+    try:
+        table = read_table(data.get("service", {}), SERVICE_KEYS, "service")
+        default = read_rules(table, AttemptRules(), "service")
+        instructors = table.get("instructors", [])
+        if not isinstance(instructors, list) or not all(isinstance(n, str) for n in instructors):
+            raise ValueError("service.instructors: write a list of Hub user names")
+        own = {}
+        for name, entry in data.get("assignments", {}).items():
+            if "service" in entry:
+                sub = read_table(entry["service"], RULE_KEYS, "assignments", name, "service")
+                own[name] = read_rules(sub, default, "assignments", name, "service")
+    except ValueError as error:
+        raise ValueError(f"{settings.source}: {error}") from None
+    return ServiceRules(default, own, frozenset(instructors), settings.zone or timezone.utc)
+
+
+def refusal(rules: AttemptRules, earlier: list[datetime], now: datetime,
+            zone: tzinfo = timezone.utc) -> str | None:
+    """Why a new attempt at ``now`` is refused under ``rules``, given the times of the
+    student's ``earlier`` accepted attempts of the assignment (aware); ``None`` if it is taken."""
+    if rules.attempts is not None and len(earlier) >= rules.attempts:
+        return f"all {rules.attempts} attempts of this assignment are used"
+    day = now.astimezone(zone).date()
+    if rules.per_day is not None and sum(t.astimezone(zone).date() == day for t in earlier) >= rules.per_day:
+        return f"the {rules.per_day} attempts of today are used; try again tomorrow"
+    if earlier and rules.cooldown and (wait := max(earlier) + rules.cooldown - now) > timedelta(0):
+        return f"the next attempt is possible in {duration_text(wait)} (cool-down {duration_text(rules.cooldown)})"
+    return None

@@ -24,6 +24,8 @@ Instructor workflow (run from the course root, the repository root):
      python -m autograder feedback 01-rope   regenerate feedback/ with those scores
   6. python -m autograder export             one CSV of the whole gradebook
   7. python -m autograder report             what the class got wrong: reports/*.html
+Or grade each submission as it arrives (the JupyterHub exchange, a Hub service page):
+  python -m autograder serve --exchange /srv/nbgrader/exchange --course-id attention-2
 See autograder/README.md for the details of limits and of the summary."""
 
 GRADE_HELP = """\
@@ -87,11 +89,8 @@ def cmd_grade(args):
         print(f"grade {printable(args.assignment)}: loading the grader, then preparing the student "
               "version, the gradebook and the workers...", file=sys.stderr, flush=True)
     from .driver import grade
-    from ..core.limits import Limits
 
-    limits = Limits(cell_timeout=args.timeout_cell, notebook_timeout=args.timeout_notebook,
-                    memory_mb=args.memory_mb, output_limit=args.output_limit,
-                    max_tasks=args.max_tasks, disk_mb=args.disk_mb)
+    limits = limits_of(args)
     grade(args.assignment, root=args.root, db_url=args.db, jobs=args.jobs, limits=limits,
           students=_students(args.students), progress=not args.no_progress, force=args.force,
           late_policy=args.late_policy, scheduler=args.scheduler)
@@ -278,7 +277,8 @@ def parser():
                              "postgresql://USER@HOST:PORT/DB for a PostgreSQL server")
     common.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (add_generate, add_grade, add_feedback, add_export, add_roster, add_collect, add_report):
+    for add in (add_generate, add_grade, add_serve, add_feedback, add_export, add_roster, add_collect,
+                add_report):
         add(sub, common)
     return top
 
@@ -312,6 +312,20 @@ def add_grade(sub, common):
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
                    help="grade on the workers of this Dask scheduler instead of local processes "
                         "(see autograder/README.md, 'Grading on a cluster')")
+    add_limits(p)
+    p.add_argument("--students", default=None, metavar="A,B",
+                   help="grade only these students (comma-separated ids)")
+    p.add_argument("--force", action="store_true",
+                   help="re-grade submissions that are unchanged since they were last graded")
+    p.add_argument("--late-policy", type=late_policy, default=None, metavar="SPEC",
+                   help="late policy for this assignment, overriding course.toml: none, zero, "
+                        "'zero,grace=15m', '10%%/day,cap=50%%,grace=1h', '2/hour,cap=10'")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_grade)
+
+
+def add_limits(p):
+    """Each kernel's limits (``grade``'s and ``serve``'s)."""
     d = Limits()
     p.add_argument("--timeout-cell", type=int, default=d.cell_timeout, metavar="S",
                    help=f"seconds one cell may run, its tests included (default {d.cell_timeout})")
@@ -326,15 +340,60 @@ def add_grade(sub, common):
                    help=f"processes and threads of each kernel (default {d.max_tasks})")
     p.add_argument("--disk-mb", type=int, default=d.disk_mb, metavar="M",
                    help=f"size of each kernel's private scratch folder in MiB (default {d.disk_mb})")
-    p.add_argument("--students", default=None, metavar="A,B",
-                   help="grade only these students (comma-separated ids)")
-    p.add_argument("--force", action="store_true",
-                   help="re-grade submissions that are unchanged since they were last graded")
-    p.add_argument("--late-policy", type=late_policy, default=None, metavar="SPEC",
-                   help="late policy for this assignment, overriding course.toml: none, zero, "
-                        "'zero,grace=15m', '10%%/day,cap=50%%,grace=1h', '2/hour,cap=10'")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_grade)
+
+
+def limits_of(args):
+    return Limits(cell_timeout=args.timeout_cell, notebook_timeout=args.timeout_notebook,
+                  memory_mb=args.memory_mb, output_limit=args.output_limit,
+                  max_tasks=args.max_tasks, disk_mb=args.disk_mb)
+
+
+SERVE_HELP = """\
+Grade each submission as it arrives, and hand its feedback back: a long-running service
+for the course root, with grade's gradebook, settings, sandbox and workers.
+
+Ways in: the JupyterHub exchange (--exchange, --course-id: a student's `nbgrader submit`
+is graded and its feedback released for `nbgrader fetch_feedback`), and, run as a
+JupyterHub service, a web page and JSON API under the service's prefix (upload, queue
+position, result, feedback, every earlier attempt; the Hub's OAuth says who the student
+is; Hub admins and course.toml's [service] instructors see the live queue and can pause
+intake). course.toml's [service] table sets the attempt rules (attempts, per_day,
+cooldown, counts = last | best, before_due = all | visible). Students are served round
+robin, one submission each in flight; the queue lives in --state and survives a restart
+(a grade in progress is graded again). SIGINT/SIGTERM stop it; nothing accepted is lost.
+See autograder/README.md, 'Grading on submission'."""
+
+
+def cmd_serve(args):
+    from ..service import serve
+
+    serve(args.root, args.db or default_db_url(args.root), args.state, jobs=args.jobs,
+          scheduler=args.scheduler, exchange=args.exchange, course_id=args.course_id,
+          ip=args.ip, port=args.port, limits=limits_of(args))
+
+
+def add_serve(sub, common):
+    """The ``serve`` command's options."""
+    p = sub.add_parser("serve", parents=[common], formatter_class=RAW,
+                       help="grade each submission as it arrives (exchange, Hub service)",
+                       description=SERVE_HELP)
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count(),
+                   help="submissions graded at once (default: number of cores)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="grade on the workers of this Dask scheduler instead of local processes")
+    p.add_argument("--exchange", default=None, metavar="DIR",
+                   help="nbgrader's exchange root (c.Exchange.root): take submissions from its "
+                        "inbound folder, release feedback to it")
+    p.add_argument("--course-id", default=None, metavar="ID",
+                   help="the course id in the exchange (c.CourseDirectory.course_id)")
+    p.add_argument("--state", default=None, metavar="DIR",
+                   help="the service's queue and attempts (default ROOT/service-state)")
+    p.add_argument("--ip", default=None, help="web page address (default: JupyterHub's "
+                   "JUPYTERHUB_SERVICE_URL; loopback)")
+    p.add_argument("--port", type=int, default=None,
+                   help="web page port (default: JUPYTERHUB_SERVICE_URL's)")
+    add_limits(p)
+    p.set_defaults(func=cmd_serve)
 
 
 def add_feedback(sub, common):

@@ -450,6 +450,19 @@ def run_id(workdir):
 
 def prepare(job, workdir, sockets):
     """Phase 1: the student version and both gradebooks, the roster, the students to grade."""
+    settings, watchdog = worker_settings(job, workdir, sockets)
+    skipped = [] if job.force else up_to_date(job.root, job.db_url, job.assignment, job.names)
+    todo = [n for n in job.names if n not in skipped]
+    expected = expected_seconds(job.root, job.assignment, todo)
+    todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
+    return Run(settings, test_cells(settings.release_dir), todo, skipped, watchdog)
+
+
+def worker_settings(job, workdir, sockets):
+    """What every worker of a run grades with (the student version and the template
+    gradebook, made in ``workdir``; the roster synced, MathJax installed for the pages), and
+    the watchdog: ``(Settings, seconds after which a student is given up)``. ``grade``'s runs
+    and ``serve``'s lanes (:mod:`autograder.service.engine`) both start here."""
     release, template = student_version(job.assignment, job.root, job.db_url, workdir)
     settings = Settings(
         root=str(job.root), assignment=job.assignment, template_db=str(template),
@@ -458,13 +471,8 @@ def prepare(job, workdir, sockets):
     if job.roster:
         sync_roster(job.db_url, job.roster)
     install_mathjax(job.root / FEEDBACK)
-    skipped = [] if job.force else up_to_date(job.root, job.db_url, job.assignment, job.names)
-    todo = [n for n in job.names if n not in skipped]
-    expected = expected_seconds(job.root, job.assignment, todo)
-    todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
     notebooks = max(1, len(list(release.glob("*.ipynb"))))
-    watchdog = notebooks * (job.limits.notebook_timeout + 60) + 60
-    return Run(settings, test_cells(release), todo, skipped, watchdog)
+    return settings, notebooks * (job.limits.notebook_timeout + 60) + 60
 
 
 def student_version(assignment, root, db_url, workdir):
