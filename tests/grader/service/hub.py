@@ -21,7 +21,8 @@ Every process the Hub starts (proxy, single-user servers, service) runs under
 :data:`DIE_WITH_PARENT`: it gets ``SIGKILL`` when the Hub's process dies, and the Hub gets it
 when this process dies (``tests.servers``), so nothing outlives a test run even on ``kill -9``.
 At the end the Hub is asked to stop (``SIGTERM``: it stops the servers and the service), then its
-process group is killed.
+process group is killed, and every process it had started must be gone within 30 s (else they
+are killed and the fixture fails: a leak is a failure, not a silent leftover).
 
 **The OS user.** A Hub's single-user servers normally run each as its own OS user, or, as in
 Zero to JupyterHub, every server in its own container as the OS user ``jovyan``, and then
@@ -199,6 +200,7 @@ def course_hub(folder, *, exchange, course_id, students, services=(), timeout=18
         yield Hub(url=url, folder=folder, exchange=Path(exchange), course_id=course_id,
                   students=tuple(students), services=tuple(services))
     finally:
+        everything = _descendants(hub.pid)
         hub.send_signal(signal.SIGTERM)  # the Hub stops its servers, services and proxy
         try:
             hub.wait(timeout=30)
@@ -209,6 +211,32 @@ def course_hub(folder, *, exchange, course_id, students, services=(), timeout=18
         except ProcessLookupError:
             pass
         hub.wait()
+        _none_left(everything, log)
+
+
+def _descendants(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _none_left(processes, log, timeout=30):
+    """Every process the Hub started has ended once the Hub has: else kill them, and fail."""
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    if alive:
+        names = [" ".join(p.cmdline()[:4]) for p in alive if p.is_running()]
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        if names:
+            raise AssertionError(f"outlived the Hub: {names}; {Path(log).read_text()[-2000:]}")
 
 
 def hub_user_env(home, user):

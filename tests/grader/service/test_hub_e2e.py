@@ -14,8 +14,10 @@ One Chromium for the module.
   service alone; her Assignment List shows it, she clicks Fetch Feedback and gets the course's
   feedback page with her score. The service's page (``/services/autograder/``, through the Hub's
   OAuth) shows her attempt and its score.
-* bob logs in, submits a notebook of his own, and the service shows him only his: alice's
-  attempt, by every id and path he can form, answers exactly as an id that never existed.
+* bob logs in and hands in a notebook (one part solved) through the service's own page (the web
+  route: its upload form, CSRF token included); the attempt's page shows his score, and the
+  service shows him only his own: alice's attempt, by every id and path he can form, answers
+  exactly as an id that never existed, and so do the instructor's pages.
 """
 
 import os
@@ -24,14 +26,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
+import json
+from urllib.parse import quote, urlsplit
 
 import nbformat
 import pytest
 
 from autograder.core.cells import is_grade, nbgrader_meta
 from autograder.sandbox.launcher import unavailable_reason as sandbox_unavailable
-from tests.grader.service.hub import (STUDENT_PASSWORD, Service, course_hub, exchange_config,
+from tests.grader.service.hub import (INSTRUCTOR, INSTRUCTOR_PASSWORD, STUDENT_PASSWORD, Service, course_hub, exchange_config,
                                       unavailable_reason, wait_until)
 from tests.grader.test_grading_e2e import FIXTURE, Class
 
@@ -112,12 +115,16 @@ class Student:
         self.offsite.append(route.request.url)
         return route.abort()
 
-    def log_in(self):
+    def log_in(self, then=None, password=STUDENT_PASSWORD):
+        """Log in at the Hub's login page; then JupyterLab (the Hub spawns it) or the page ``then``."""
         page = self.page
-        page.goto(f"{self.hub.url}/hub/login")
+        page.goto(f"{self.hub.url}/hub/login" + (f"?next={quote(then)}" if then else ""))
         page.fill("#username_input", self.name)
-        page.fill("#password_input", STUDENT_PASSWORD)
+        page.fill("#password_input", password)
         page.click("#login_submit")
+        if then:
+            page.wait_for_url(f"{self.hub.url}{then}**", timeout=60_000)
+            return
         page.wait_for_url(f"**/user/{self.name}/lab**", timeout=240_000)  # the Hub spawns the Lab
         page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
 
@@ -212,7 +219,92 @@ def test_the_service_page_shows_the_attempt_and_its_score(course, hub, alice):
     rows.first.locator("a").first.click()
     page.wait_for_selector("text=Score:")
     assert f"Score: {total:g} / {top:g}" in page.locator("body").inner_text()
-    page.locator("a", has_text="Feedback:").first.click()
-    page.wait_for_load_state("load")
+    link = page.locator("a", has_text="Feedback:").first.get_attribute("href")
+    served = alice["student"].context.request.get(f"{hub.url}{link}")
+    assert served.headers["content-security-policy"]  # the course's policy on the page
+    assert served.body() == alice["pages"][0].read_bytes()  # the page the Lab fetched, byte for byte
+    page.goto(f"{hub.url}{link}")
     assert score_of(page.content()) == (total, top)
     assert alice["student"].offsite == []
+
+
+@pytest.fixture(scope="module")
+def bob(course, hub, browser, tmp_path_factory):
+    """bob, logged in straight to the service (no Lab), hands in one part solved by its upload form."""
+    klass = course["klass"]
+    student = Student(browser, hub, "bob")
+    prefix = urlsplit(hub.service_url(SERVICE)).path
+    try:
+        student.log_in(then=prefix)
+        page = student.page
+        notebook = tmp_path_factory.mktemp("bob") / f"{AID}.ipynb"
+        nbformat.write(klass.notebook(solved=[klass.parts[0][0]]), notebook)
+        page.select_option("select[name=assignment]", AID)
+        page.set_input_files("input[name=notebook]", str(notebook))
+        page.click("button[type=submit]")
+        page.wait_for_url(f"**{prefix}attempts/**")
+        attempt = page.url
+
+        def graded():
+            page.goto(attempt)  # the page does not refresh itself
+            return "Score:" in page.locator("body").inner_text()
+        wait_until(graded, "bob's web attempt graded", FEEDBACK_TIMEOUT, interval=2)
+        yield dict(student=student, attempt=attempt, expected=sum(p for _, p in klass.parts[0][1]))
+    finally:
+        student.close()
+
+
+def test_the_web_route_grades_an_upload_from_the_service_page(course, bob):
+    body = bob["student"].page.locator("body").inner_text()
+    assert f"Score: {bob['expected']:g} / {max_score(course['klass'].release):g}" in body, body
+    assert 0 < bob["expected"] < course["klass"].total  # one part of several: a score that can fail
+    assert bob["student"].offsite == []
+
+
+def test_a_student_sees_only_their_own_attempts(hub, alice, bob):
+    """Every form of alice's attempt that bob can ask for answers as an attempt that never existed
+    (same status, same page), and his list holds his attempt only."""
+    base = hub.service_url(SERVICE)
+    mine = json.loads(alice["student"].context.request.get(f"{base}api/attempts").text())["attempts"]
+    assert len(mine) == 1 and mine[0]["state"] == "done", mine
+    hers, never = mine[0]["id"], "A" * len(mine[0]["id"])
+    page = bob["student"].page
+
+    def ask(path):
+        response = page.goto(base + path)
+        return response.status, page.content()
+
+    forms = ["attempts/{}", "attempts/{}/", "attempts/{}/toy.html", "attempts/{}/feedback.html",
+             "api/attempts/{}", "api/attempts/{}/", "attempts/{}?student=alice", "api/attempts/{}?user=alice"]
+    for form in forms:
+        theirs, none = ask(form.format(hers)), ask(form.format(never))
+        assert theirs[0] == 404 and theirs == none, (form, theirs, none)
+    for path in ("instructor", "api/queue"):
+        assert ask(path)[0] == 404, path
+    listed = json.loads(bob["student"].context.request.get(f"{base}api/attempts").text())["attempts"]
+    assert [a["id"] for a in listed] != [] and hers not in [a["id"] for a in listed], listed
+    page.goto(base)
+    assert hers not in page.content() and "Grading for bob" in page.content()
+
+
+def test_the_instructor_sees_the_queue_and_throughput_and_pauses_intake(course, hub, browser, alice, bob):
+    """The Hub's admin (the instructor) opens the service's instructor page through the Hub's OAuth:
+    both attempts graded in the last hour, none queued; the Pause switch (a form with its CSRF
+    token) closes intake and Resume opens it again. Students got 404 there (the test above)."""
+    instructor = Student(browser, hub, INSTRUCTOR)
+    base = hub.service_url(SERVICE)
+    try:
+        instructor.log_in(then=urlsplit(base).path + "instructor", password=INSTRUCTOR_PASSWORD)
+        page = instructor.page
+        assert "Intake open." in page.locator("body").inner_text()
+        queue = json.loads(instructor.context.request.get(f"{base}api/queue").text())
+        assert queue["queue"] == [] and queue["paused"] is False, queue
+        assert queue["throughput"][AID]["graded_last_hour"] == 2, queue
+        page.click("button:has-text('Pause intake')")
+        page.wait_for_selector("text=Intake paused.")
+        assert json.loads(instructor.context.request.get(f"{base}api/queue").text())["paused"] is True
+        page.click("button:has-text('Resume intake')")
+        page.wait_for_selector("text=Intake open.")
+        assert instructor.offsite == []
+    finally:
+        instructor.close()
