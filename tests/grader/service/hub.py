@@ -15,7 +15,8 @@
 * optionally the grading service as a Hub-managed service (``services``): the Hub starts its
   command with the Hub's service variables (``JUPYTERHUB_SERVICE_URL``, ``…_PREFIX``, ``…_API_TOKEN``,
   OAuth client) and proxies ``/services/<name>/`` to it; the ``user`` role gets
-  ``access:services!service=<name>``, so a student's browser is let through the Hub's OAuth.
+  ``access:services!service=<name>``, so a student's browser is let through the Hub's OAuth (whose
+  identity answer, ``read:users:name``, includes whether the user is a Hub admin).
 
 Every process the Hub starts (proxy, single-user servers, service) runs under
 :data:`DIE_WITH_PARENT`: it gets ``SIGKILL`` when the Hub's process dies, and the Hub gets it
@@ -28,8 +29,8 @@ are killed and the fixture fails: a leak is a failure, not a silent leftover).
 Zero to JupyterHub, every server in its own container as the OS user ``jovyan``, and then
 nbgrader takes the student's name from ``JUPYTERHUB_USER`` (``nbgrader.utils.get_username``).
 Here every server is a process of this (root) user, so the server starts with nbgrader's
-OS-user lookup answering ``jovyan`` (:data:`AS_HUB_USER_SERVER`), as in a container, and with
-``--allow-root``; the name nbgrader writes into the exchange is then the Hub's user name, as in
+OS-user lookup answering ``jovyan`` (:data:`AS_HUB_USER_SERVER`), as in a container, and (as
+root) with ``--allow-root``; the name nbgrader writes into the exchange is then the Hub's user name, as in
 production. The exchange is a folder of this machine, written by every server, as a shared
 volume is on a Hub.
 """
@@ -127,10 +128,7 @@ def _config(folder, *, ports, exchange, course_id, students, services):
                           cwd=str(s.cwd), oauth_no_confirm=True,
                           environment={**env, **s.environment}) for s in services]
     user_scopes = ["self", *(f"access:services!service={s.name}" for s in services)]
-    roles = [{"name": "user", "scopes": user_scopes}]
-    if services:  # the service asks the Hub who is an admin (an instructor)
-        roles.append({"name": "course-service", "scopes": ["read:users"],
-                      "services": [s.name for s in services]})
+    roles = [{"name": "user", "scopes": user_scopes}]  # the services get no scope of their own
     settings = {
         "JupyterHub.bind_url": f"http://127.0.0.1:{ports['public']}",
         "JupyterHub.hub_bind_url": f"http://127.0.0.1:{ports['hub']}",
@@ -152,7 +150,7 @@ def _config(folder, *, ports, exchange, course_id, students, services):
         "ConfigurableHTTPProxy.pid_file": str(folder / "proxy.pid"),
         "SimpleLocalProcessSpawner.home_dir_template": str(folder / "home" / "{username}"),
         "Spawner.cmd": singleuser,
-        "Spawner.args": ["--allow-root", "--ServerApp.ip=127.0.0.1",
+        "Spawner.args": [*(["--allow-root"] if os.geteuid() == 0 else []), "--ServerApp.ip=127.0.0.1",
                          "--LabApp.news_url=None",
                          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
         "Spawner.default_url": "/lab",

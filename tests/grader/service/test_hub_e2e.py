@@ -155,7 +155,10 @@ class Student:
             self.page.click("#refresh_assignments_list")
             self.page.wait_for_timeout(1000)
             return "feedback available to fetch" in self.row("submitted").first.inner_text()
-        wait_until(released, f"{self.name}'s feedback in the Assignment List", timeout, interval=2)
+        try:
+            wait_until(released, f"{self.name}'s feedback in the Assignment List", timeout, interval=2)
+        except AssertionError as error:  # the Hub's log holds the service's and the Lab's too
+            raise AssertionError(f"{error}\n{self.hub.log()[-4000:]}") from None
 
     def fetch_feedback(self):
         self.row("submitted").first.locator("button", has_text="Fetch Feedback").click()
@@ -248,7 +251,10 @@ def bob(course, hub, browser, tmp_path_factory):
         def graded():
             page.goto(attempt)  # the page does not refresh itself
             return "Score:" in page.locator("body").inner_text()
-        wait_until(graded, "bob's web attempt graded", FEEDBACK_TIMEOUT, interval=2)
+        try:
+            wait_until(graded, "bob's web attempt graded", FEEDBACK_TIMEOUT, interval=2)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{hub.log()[-4000:]}") from None
         yield dict(student=student, attempt=attempt, expected=sum(p for _, p in klass.parts[0][1]))
     finally:
         student.close()
