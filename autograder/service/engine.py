@@ -61,27 +61,29 @@ HOST_RETRIES = 2       # a result that is the host's fault is graded again this 
 LOCK_RETRY_SECONDS = 2.0
 
 
-def hidden_test_cells(root, assignment):
-    """Grade ids of the test cells whose tests the student version does not show."""
-    hidden = set()
+def shown_test_cells(root, assignment, withheld):
+    """Grade ids of the test cells whose verdicts a student sees: every test cell, or
+    (``withheld``: before the due date under ``before_due = "visible"``) only those whose
+    tests the student version shows (no hidden tests in them)."""
+    shown = set()
     for path in sorted((Path(root) / SOURCE / assignment).glob("*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
-            if is_test_cell(cell) and "BEGIN HIDDEN TESTS" in cell.source:
-                hidden.add(grade_id(cell))
-    return hidden
+            if is_test_cell(cell) and not (withheld and "BEGIN HIDDEN TESTS" in cell.source):
+                shown.add(grade_id(cell))
+    return shown
 
 
-def verdicts(result, hidden=frozenset()):
-    """``[(notebook, grade id, score, max score)]`` of the autograded test cells of
-    ``result`` (a :class:`StudentResult`), those in ``hidden`` left out."""
+def verdicts(result, shown):
+    """``[(notebook, grade id, score, max score)]`` of the test cells of ``result`` (a
+    :class:`StudentResult`) that are in ``shown``."""
     return [(nb.name, g.name, g.auto_score, g.max_score) for nb in result.notebooks
-            for g in nb.grades if g.auto_score is not None and g.name not in hidden]
+            for g in nb.grades if g.auto_score is not None and g.name in shown]
 
 
-def summary_page(assignment, result, hidden, due):
+def summary_page(assignment, result, shown, due):
     """The page a student gets before the due date under ``before_due = "visible"``."""
     rows = "".join(f"<tr><td>{html.escape(cell)}</td><td>{score:g} / {top:g}</td></tr>"
-                   for _, cell, score, top in verdicts(result, hidden))
+                   for _, cell, score, top in verdicts(result, shown))
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}"
             f"<title>{html.escape(assignment)}: score</title></head><body>"
             f"<h1>{html.escape(assignment)}</h1><p>Score: {result.score:g} / {result.max_score:g}</p>"
@@ -107,7 +109,7 @@ class Lane:
     transport: object
     slots: int
     watchdog: float
-    hidden: set
+    shown: set              # the test cells a withheld page shows
     running: dict = field(default_factory=dict)  # student -> (attempt, since)
     breaker: Breaker = field(default_factory=Breaker)
     used: float = field(default_factory=monotonic)
@@ -261,7 +263,7 @@ class Service:
             shutil.rmtree(sockets, ignore_errors=True)
             raise
         lane = Lane(assignment, workdir, sockets, transport, slots, watchdog,
-                    hidden_test_cells(self.root, assignment))
+                    shown_test_cells(self.root, assignment, withheld=True))
         self.lanes[assignment] = lane
         self.say(f"{assignment}: {slots} grading slot(s) ready")
         return lane
@@ -321,7 +323,7 @@ class Service:
         else:
             self.restore_counted(student, assignment)
         if attempt.source == "exchange" and result.status != Status.ERROR:
-            self.release(attempt, result, lane.hidden)
+            self.release(attempt, result, lane.shown)
 
     def settle_page(self, assignment, student, result):
         """The late penalty of the class gradebook, and the page re-rendered if it differs."""
@@ -362,13 +364,13 @@ class Service:
         return (self.rules.rules(assignment).before_due == "visible" and due is not None
                 and datetime.now(timezone.utc) < due)
 
-    def release(self, attempt, result, hidden):
+    def release(self, attempt, result, shown):
         secret = files.secret(self.state, attempt.token)
         if self.exchange is None or secret is None:
             return
         if self.withheld(attempt.assignment):
             due = self.course.due(attempt.assignment)
-            page = summary_page(attempt.assignment, result, hidden, due)
+            page = summary_page(attempt.assignment, result, shown, due)
             self.exchange.release(secret, {nb: page for nb in self.notebook_ids(attempt.assignment)})
             return
         self.exchange.release(secret, files.pages(self.state, attempt.token))

@@ -39,18 +39,19 @@ class Exchange:
         self.feedback = self.course / "feedback"
 
     def new_submissions(self, known):
-        """Folders of ``inbound/`` whose names are not in ``known``, oldest name first."""
+        """Folders of ``inbound/`` whose names are not in ``known``, oldest first (by the
+        time in the name; then by name)."""
         try:
             with os.scandir(self.inbound) as entries:
                 names = [e.name for e in entries if e.name not in known]
         except FileNotFoundError:
             return []
         found = []
-        for name in sorted(names):
+        for name in names:
             parts = name.rsplit("+", 3)  # nbgrader's own split: user names may hold '+'
             if len(parts) == 4:
                 found.append(Inbound(name, parts[0], parts[1], self.inbound / name))
-        return found
+        return sorted(found, key=lambda f: (f.name.rsplit("+", 3)[2], f.name))
 
     def release(self, secret, pages):
         """Hand ``{notebook id: html bytes}`` to the student whose submission's secret is

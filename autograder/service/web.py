@@ -103,7 +103,7 @@ class Course:
 
     def describe(self, attempt):
         """The JSON of one attempt, as its student may see it."""
-        from .engine import hidden_test_cells, verdicts
+        from .engine import shown_test_cells, verdicts
 
         out = {"id": attempt.token, "assignment": attempt.assignment, "state": attempt.state,
                "received": datetime.fromtimestamp(attempt.received, timezone.utc).isoformat(),
@@ -114,9 +114,9 @@ class Course:
             out.update(status=attempt.status, score=attempt.score, max_score=attempt.max_score)
             result = files.load_result(self.state, attempt.token)
             withheld = self.withheld(attempt.assignment)
-            hidden = hidden_test_cells(self.root, attempt.assignment) if withheld else set()
+            shown = shown_test_cells(self.root, attempt.assignment, withheld)
             out["tests"] = [{"notebook": nb, "cell": cell, "score": score, "max_score": top}
-                            for nb, cell, score, top in (verdicts(result, hidden) if result else [])]
+                            for nb, cell, score, top in (verdicts(result, shown) if result else [])]
             out["only_visible_tests"] = withheld
             out["pages"] = [] if withheld else sorted(files.pages(self.state, attempt.token))
         return out
@@ -165,6 +165,8 @@ class Handler(web.RequestHandler):
     def upload(self, assignment, data):
         if self.course.rate_limited(self.student):
             raise web.HTTPError(429)
+        if len(data) > NOTEBOOK_BYTES:
+            raise web.HTTPError(413)
         try:
             return self.course.accept(self.student, assignment, data)
         except files.Refused as why:

@@ -122,9 +122,9 @@ def test_the_launcher_loads_no_module_outside_the_standard_library():
 
 
 @pytest.mark.parametrize("layer, forbidden", [
-    ("core", {"host", "worker", "judge"}),
-    ("judge", {"host", "worker"}),
-    ("worker", {"host"}),
+    ("core", {"host", "worker", "judge", "service"}),
+    ("judge", {"host", "worker", "service"}),
+    ("worker", {"host", "service"}),
 ])
 def test_lower_layers_never_import_higher_ones(layer, forbidden):
     assert violations(GRADER / layer, lambda n: top(n) != "autograder"
@@ -173,8 +173,14 @@ def serves(name):
         "distributed.LocalCluster", "dask.distributed.LocalCluster"}
 
 
+# the one server of the grader: serve's web page (a JupyterHub service), in its own process
+WEB_PROCESS = "autograder/service/web.py"
+
+
 def test_the_grader_holds_no_server_and_never_imports_the_book_build():
-    assert violations(GRADER, lambda n: not serves(n) and top(n) != "scripts") == []
+    found = violations(GRADER, lambda n: not serves(n) and top(n) != "scripts")
+    assert [v for v in found if v[0] != WEB_PROCESS] == []
+    assert {top(name) for _, name in found} == {"tornado"}  # its HTTP server, and no other
     assert serves("http.server") and serves("socketserver") and serves("distributed.LocalCluster")
     assert (ROOT / "scripts" / "environment.py").is_file()  # the grading environment, for the book
 
@@ -196,3 +202,10 @@ def test_the_readme_names_the_process_of_every_grader_module():
                for path in sorted((GRADER / folder).glob("*.py"))
                if path.stem != "__init__" and f"`{path.stem}`" not in rows[folder]]
     assert not unnamed, f"modules the README's layout table does not place: {unnamed}"
+
+
+def test_only_the_command_line_starts_the_service():
+    """``service/`` (``serve``'s loop and web page) sits above ``host/``: of the host, only the
+    command line imports it."""
+    assert {path for path, _ in violations(GRADER / "host", lambda n: top(n) != "autograder"
+                                            or grader_layer(n) != "service")} == {"autograder/host/cli.py"}
