@@ -40,7 +40,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -235,20 +234,3 @@ def _none_left(processes, log, timeout=30):
                 pass
         if names:
             raise AssertionError(f"outlived the Hub: {names}; {Path(log).read_text()[-2000:]}")
-
-
-def hub_user_env(home, user):
-    """The environment in which ``user``'s own nbgrader commands run, as in their Hub server."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-    return dict(env, HOME=str(home), JUPYTERHUB_USER=user, PYTHONPATH=str(REPO))
-
-
-def wait_until(check, what, timeout, interval=0.5):
-    """``check()``'s first true answer, asked until ``timeout`` seconds pass (then AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(interval)

@@ -20,13 +20,11 @@ One Chromium for the module.
   exactly as an id that never existed, and so do the instructor's pages.
 """
 
-import os
+import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-import json
 from urllib.parse import quote, urlsplit
 
 import nbformat
@@ -34,14 +32,14 @@ import pytest
 
 from autograder.core.cells import is_grade, nbgrader_meta
 from autograder.sandbox.launcher import unavailable_reason as sandbox_unavailable
-from tests.grader.service.hub import (INSTRUCTOR, INSTRUCTOR_PASSWORD, STUDENT_PASSWORD, Service, course_hub, exchange_config,
-                                      unavailable_reason, wait_until)
-from tests.grader.test_grading_e2e import FIXTURE, Class
+from tests.grader.service.hub import (INSTRUCTOR, INSTRUCTOR_PASSWORD, STUDENT_PASSWORD, Service,
+                                      course_hub, unavailable_reason)
+from tests.grader.service.serving import AID, COURSE_ID, environ, make_course, wait_for
+from tests.grader.test_grading_e2e import Class
 
 REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = Path("/usr/bin/chromium")
 NBGRADER = Path(sys.executable).parent / "nbgrader"
-AID, COURSE_ID = "toy", "attention-2"
 STUDENTS = ("alice", "bob")
 SERVICE = "autograder"
 FEEDBACK_TIMEOUT = 300  # s: a busy machine grades the toy notebook in well under a minute
@@ -64,17 +62,11 @@ def run(args, cwd, env):
 def course(tmp_path_factory):
     """The toy course on a filesystem exchange, ``toy`` generated and released by the instructor."""
     base = tmp_path_factory.mktemp("hub-course")
-    root, exchange = base / "course", base / "exchange"
-    shutil.copytree(FIXTURE / "solutions" / AID, root / "solutions" / AID)
-    config = (REPO / "nbgrader_config.py").read_text()
-    (root / "nbgrader_config.py").write_text(config + "\n" + exchange_config(exchange, COURSE_ID))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop("JUPYTERHUB_USER", None)
-    run([sys.executable, "-m", "autograder", "generate", AID, "--root", str(root)], REPO, env)
-    run([str(NBGRADER), "release_assignment", AID], root, env)
+    root, exchange = make_course(base)
+    run([str(NBGRADER), "release_assignment", AID], root, environ())
     source = nbformat.read(root / "solutions" / AID / f"{AID}.ipynb", as_version=4)
     klass = Class(source, nbformat.read(root / "release" / AID / f"{AID}.ipynb", as_version=4))
-    return dict(base=base, root=root, exchange=exchange, klass=klass, env=env)
+    return dict(base=base, root=root, exchange=exchange, klass=klass)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +148,7 @@ class Student:
             self.page.wait_for_timeout(1000)
             return "feedback available to fetch" in self.row("submitted").first.inner_text()
         try:
-            wait_until(released, f"{self.name}'s feedback in the Assignment List", timeout, interval=2)
+            wait_for(released, f"{self.name}'s feedback in the Assignment List", timeout=timeout)
         except AssertionError as error:  # the Hub's log holds the service's and the Lab's too
             raise AssertionError(f"{error}\n{self.hub.log()[-4000:]}") from None
 
@@ -250,9 +242,10 @@ def bob(course, hub, browser, tmp_path_factory):
 
         def graded():
             page.goto(attempt)  # the page does not refresh itself
+            page.wait_for_timeout(1000)
             return "Score:" in page.locator("body").inner_text()
         try:
-            wait_until(graded, "bob's web attempt graded", FEEDBACK_TIMEOUT, interval=2)
+            wait_for(graded, "bob's web attempt graded", timeout=FEEDBACK_TIMEOUT)
         except AssertionError as error:
             raise AssertionError(f"{error}\n{hub.log()[-4000:]}") from None
         yield dict(student=student, attempt=attempt, expected=sum(p for _, p in klass.parts[0][1]))
