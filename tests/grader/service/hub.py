@@ -121,11 +121,12 @@ class Hub:
 def _config(folder, *, ports, exchange, course_id, students, services):
     """The Hub's ``jupyterhub_config.py``: every setting in one place, values as Python literals."""
     singleuser = [sys.executable, "-c", AS_HUB_USER_SERVER]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-           "PYTHONPATH": str(REPO)}
+    # a student's server sees the virtualenv, never the course checkout (it holds the answers)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     service_specs = [dict(name=s.name, url=f"http://127.0.0.1:{s.port}", command=die_with_parent(s.command),
                           cwd=str(s.cwd), oauth_no_confirm=True,
-                          environment={**env, **s.environment}) for s in services]
+                          environment={**env, "PYTHONPATH": str(REPO), **s.environment})
+                     for s in services]
     user_scopes = ["self", *(f"access:services!service={s.name}" for s in services)]
     roles = [{"name": "user", "scopes": user_scopes}]  # the services get no scope of their own
     settings = {
@@ -224,11 +225,19 @@ def _none_left(processes, log, timeout=30):
     """Every process the Hub started has ended once the Hub has: else kill them, and fail."""
     import psutil
 
+    def running(p):  # a zombie has ended (it waits for whoever reaps it)
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
     _, alive = psutil.wait_procs(processes, timeout=timeout)
+    alive = [p for p in alive if running(p)]
     if alive:
-        names = [" ".join(p.cmdline()[:4]) for p in alive if p.is_running()]
+        names = []
         for p in alive:
             try:
+                names.append(" ".join(p.cmdline()[:4]))
                 p.kill()
             except psutil.NoSuchProcess:
                 pass

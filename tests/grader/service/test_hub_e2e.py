@@ -24,6 +24,7 @@ import json
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -43,6 +44,9 @@ NBGRADER = Path(sys.executable).parent / "nbgrader"
 STUDENTS = ("alice", "bob")
 SERVICE = "autograder"
 FEEDBACK_TIMEOUT = 300  # s: a busy machine grades the toy notebook in well under a minute
+# ms: each wait for the page (a click's target, a navigation, a list row). JupyterLab takes
+# seconds to load on an idle machine, but minutes when the suite's other workers hold the cores
+UI_TIMEOUT_MS = 240_000
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser,
               pytest.mark.skipif(sandbox_unavailable() is not None, reason=str(sandbox_unavailable())),
@@ -91,12 +95,22 @@ def browser():
         chromium.close()
 
 
+@contextmanager
+def with_hub_log(hub):
+    """A failure inside shows the end of the Hub's log (the Lab's and the service's output too)."""
+    try:
+        yield
+    except Exception as error:
+        raise AssertionError(f"{type(error).__name__}: {error}\n--- hub log ---\n{hub.log()[-6000:]}") from error
+
+
 class Student:
     """One student's browser session: logged in at the Hub, their JupyterLab open."""
 
     def __init__(self, browser, hub, name):
         self.hub, self.name = hub, name
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context.set_default_timeout(UI_TIMEOUT_MS)
         self.offsite = []
         self.context.route("**/*", self._loopback_only)
         self.page = self.context.new_page()
@@ -115,31 +129,31 @@ class Student:
         page.fill("#password_input", password)
         page.click("#login_submit")
         if then:
-            page.wait_for_url(f"{self.hub.url}{then}**", timeout=60_000)
+            page.wait_for_url(f"{self.hub.url}{then}**")
             return
-        page.wait_for_url(f"**/user/{self.name}/lab**", timeout=240_000)  # the Hub spawns the Lab
-        page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+        page.wait_for_url(f"**/user/{self.name}/lab**")  # the Hub spawns the Lab
+        page.wait_for_selector("#jp-main-dock-panel")
 
     def open_assignments(self):
         page = self.page
         page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
         page.locator(".lm-Menu-itemLabel", has_text="Assignment List").click()
         page.wait_for_selector(f"#released_assignments_list .list_item:has-text('{AID}'),"
-                               f" #fetched_assignments_list .list_item:has-text('{AID}')", timeout=60_000)
+                               f" #fetched_assignments_list .list_item:has-text('{AID}')")
 
     def row(self, listing):
         return self.page.locator(f"#{listing}_assignments_list .list_item:has-text('{COURSE_ID}')")
 
     def fetch(self):
         self.row("released").locator("button", has_text="Fetch").click()
-        self.row("fetched").locator("button", has_text="Submit").wait_for(timeout=60_000)
+        self.row("fetched").locator("button", has_text="Submit").wait_for()
         notebook = self.hub.home(self.name) / AID / f"{AID}.ipynb"
         assert notebook.is_file(), list(self.hub.home(self.name).rglob("*"))
         return notebook
 
     def submit(self):
         self.row("fetched").locator("button", has_text="Submit").click()
-        self.row("submitted").first.wait_for(timeout=60_000)
+        self.row("submitted").first.wait_for()
 
     def wait_for_feedback(self, timeout=FEEDBACK_TIMEOUT):
         """Refresh the Assignment List until the exchange holds feedback for the submission."""
@@ -147,14 +161,11 @@ class Student:
             self.page.click("#refresh_assignments_list")
             self.page.wait_for_timeout(1000)
             return "feedback available to fetch" in self.row("submitted").first.inner_text()
-        try:
-            wait_for(released, f"{self.name}'s feedback in the Assignment List", timeout=timeout)
-        except AssertionError as error:  # the Hub's log holds the service's and the Lab's too
-            raise AssertionError(f"{error}\n{self.hub.log()[-4000:]}") from None
+        wait_for(released, f"{self.name}'s feedback in the Assignment List", timeout=timeout)
 
     def fetch_feedback(self):
         self.row("submitted").first.locator("button", has_text="Fetch Feedback").click()
-        self.row("submitted").first.locator("a", has_text="view feedback").wait_for(timeout=60_000)
+        self.row("submitted").first.locator("a", has_text="view feedback").wait_for()
         return sorted((self.hub.home(self.name) / AID / "feedback").glob(f"*/{AID}.html"))
 
     def close(self):
@@ -178,13 +189,14 @@ def alice(course, hub, browser):
     """alice's whole round trip: log in, fetch, solve, submit, wait for the feedback, fetch it."""
     student = Student(browser, hub, "alice")
     try:
-        student.log_in()
-        student.open_assignments()
-        notebook = student.fetch()
-        nbformat.write(course["klass"].notebook(), notebook)
-        student.submit()
-        student.wait_for_feedback()
-        pages = student.fetch_feedback()
+        with with_hub_log(hub):
+            student.log_in()
+            student.open_assignments()
+            notebook = student.fetch()
+            nbformat.write(course["klass"].notebook(), notebook)
+            student.submit()
+            student.wait_for_feedback()
+            pages = student.fetch_feedback()
         yield dict(student=student, pages=pages)
     finally:
         student.close()
@@ -230,24 +242,22 @@ def bob(course, hub, browser, tmp_path_factory):
     student = Student(browser, hub, "bob")
     prefix = urlsplit(hub.service_url(SERVICE)).path
     try:
-        student.log_in(then=prefix)
-        page = student.page
-        notebook = tmp_path_factory.mktemp("bob") / f"{AID}.ipynb"
-        nbformat.write(klass.notebook(solved=[klass.parts[0][0]]), notebook)
-        page.select_option("select[name=assignment]", AID)
-        page.set_input_files("input[name=notebook]", str(notebook))
-        page.click("button[type=submit]")
-        page.wait_for_url(f"**{prefix}attempts/**")
-        attempt = page.url
+        with with_hub_log(hub):
+            student.log_in(then=prefix)
+            page = student.page
+            notebook = tmp_path_factory.mktemp("bob") / f"{AID}.ipynb"
+            nbformat.write(klass.notebook(solved=[klass.parts[0][0]]), notebook)
+            page.select_option("select[name=assignment]", AID)
+            page.set_input_files("input[name=notebook]", str(notebook))
+            page.click("button[type=submit]")
+            page.wait_for_url(f"**{prefix}attempts/**")
+            attempt = page.url
 
-        def graded():
-            page.goto(attempt)  # the page does not refresh itself
-            page.wait_for_timeout(1000)
-            return "Score:" in page.locator("body").inner_text()
-        try:
+            def graded():
+                page.goto(attempt)  # the page does not refresh itself
+                page.wait_for_timeout(1000)
+                return "Score:" in page.locator("body").inner_text()
             wait_for(graded, "bob's web attempt graded", timeout=FEEDBACK_TIMEOUT)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{hub.log()[-4000:]}") from None
         yield dict(student=student, attempt=attempt, expected=sum(p for _, p in klass.parts[0][1]))
     finally:
         student.close()
