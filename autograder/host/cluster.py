@@ -146,6 +146,7 @@ class DaskCluster:
     def __init__(self, client, settings):
         self.client, self.settings = client, settings
         self.plugin, self.running = None, {}  # student -> (future, submitted at)
+        self.sent = 0  # tasks submitted: a key is never reused (serve grades a student again)
 
     def start(self, count):
         settings = self.settings
@@ -163,7 +164,8 @@ class DaskCluster:
 
     def submit(self, student):
         settings = self.settings
-        key = f"grade-{settings.run_id}-{student}"
+        self.sent += 1
+        key = f"grade-{settings.run_id}-{student}-{self.sent}"
         graph = grading_task(key, self.plugin.name, student,
                              handed_in(settings.root, settings.assignment, student))
         future = self.client.get(graph, key, sync=False, retries=0)

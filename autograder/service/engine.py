@@ -275,7 +275,9 @@ class Service:
         return read_roster(path) if path.is_file() else None
 
     def collect_results(self):
-        got = False
+        """Results back from the lanes: the freed slots get their next attempts first (as
+        ``grade``'s loop does), then each result is recorded."""
+        back = []
         for lane in list(self.lanes.values()):
             if not lane.running:
                 continue
@@ -283,10 +285,13 @@ class Service:
             done += overdue(lane.transport, {s: t for s, (_, t) in lane.running.items()}, lane.watchdog)
             for result in done:
                 attempt, _ = lane.running.pop(result.student)
-                self.settle(lane, attempt, result)
-                got = True
-            lane.used = monotonic() if got else lane.used
-        return got
+                back.append((lane, attempt, result))
+                lane.used = monotonic()
+        if back and self.journal.switch("paused") != "yes":
+            self.start_attempts()  # never the same student's: theirs is in flight until settled
+        for lane, attempt, result in back:
+            self.settle(lane, attempt, result)
+        return bool(back)
 
     def settle(self, lane, attempt, result):
         """Record ``result`` of ``attempt``, whole or not at all (signals wait)."""

@@ -2,8 +2,8 @@
 
 * In: ``nbgrader submit`` (or the Assignments tab's Submit) copies the student's folder to
   ``<exchange>/<course_id>/inbound/<student>+<assignment>+<timestamp>+<random>``
-  (:func:`new_submissions`: one ``scandir`` of ``inbound/`` per look, names only; a folder
-  is taken once, by its name).
+  (:meth:`Exchange.new_submissions`: one ``scandir`` of ``inbound/`` per look; a folder is
+  taken once, by its name, once ``submit`` has finished writing it: :func:`landed`).
 * Out: nbgrader's ``ExchangeReleaseFeedback`` layout,
   ``<exchange>/<course_id>/feedback/<md5(secret + notebook id)>.html``, the secret being the
   submission's ``submission_secret.txt``; ``nbgrader fetch_feedback`` finds a page there by
@@ -14,10 +14,36 @@ proves nothing more (see the threat model in ``autograder/README.md``).
 """
 
 import os
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from nbgrader.utils import notebook_hash
+
+
+SECRET = re.compile(r"[0-9a-f]{128}")  # nbgrader's secrets.token_hex(64)
+SETTLED_SECONDS = 5.0
+
+
+def landed(folder, now=None):
+    """Whether ``nbgrader submit`` has finished writing ``folder``: it copies the files in
+    place, then writes ``timestamp.txt``, then ``submission_secret.txt``; a whole secret is
+    the last thing written. A folder without one (another writer) counts once nothing in it
+    has changed for :data:`SETTLED_SECONDS`."""
+    try:
+        secret = (folder / "submission_secret.txt").read_bytes()[:200].decode("ascii", "replace")
+    except OSError:
+        secret = ""
+    if SECRET.fullmatch(secret.strip()):
+        return True
+    try:
+        with os.scandir(folder) as entries:
+            newest = max([folder.lstat().st_mtime] + [e.stat(follow_symlinks=False).st_mtime
+                                                      for e in entries])
+    except OSError:
+        return False
+    return (now or time.time()) - newest >= SETTLED_SECONDS
 
 
 @dataclass(frozen=True)
@@ -49,7 +75,7 @@ class Exchange:
         found = []
         for name in names:
             parts = name.rsplit("+", 3)  # nbgrader's own split: user names may hold '+'
-            if len(parts) == 4:
+            if len(parts) == 4 and landed(self.inbound / name):
                 found.append(Inbound(name, parts[0], parts[1], self.inbound / name))
         return sorted(found, key=lambda f: (f.name.rsplit("+", 3)[2], f.name))
 

@@ -153,7 +153,8 @@ class Handler(web.RequestHandler):
             raise web.HTTPError(404)
 
     def write_error(self, status_code, **kwargs):
-        words = {404: "not found", 413: "too large", 429: "too many uploads; wait a minute"}
+        words = {403: "log in through JupyterHub first", 404: "not found", 413: "too large",
+                 429: "too many uploads; wait a minute"}
         reason = getattr(kwargs.get("exc_info", (None, None))[1], "log_message", None)
         text = reason if status_code in (400, 403, 409) and reason else words.get(status_code, "error")
         if self.request.path.startswith(self.course.prefix + "api/"):
@@ -258,7 +259,17 @@ class MathJax(web.StaticFileHandler):
         self.set_header("X-Content-Type-Options", "nosniff")
 
 
-class ApiAttempts(Handler):
+class Api(Handler):
+    """A JSON route: a request without a Hub login is refused (403), never sent to log in
+    (:class:`NoLogin` goes before the authentication mixin)."""
+
+
+class NoLogin:
+    def get_login_url(self):
+        raise web.HTTPError(403)
+
+
+class ApiAttempts(Api):
     @web.authenticated
     def get(self):
         self.finish({"attempts": [self.course.describe(a)
@@ -271,7 +282,7 @@ class ApiAttempts(Handler):
         self.finish(self.course.describe(self.mine(token)))
 
 
-class ApiAttempt(Handler):
+class ApiAttempt(Api):
     @web.authenticated
     def get(self, token):
         self.finish(self.course.describe(self.mine(token)))
@@ -320,7 +331,7 @@ class Pause(Handler):
         self.redirect(f"{self.course.prefix}instructor", status=303)
 
 
-class ApiQueue(Handler):
+class ApiQueue(Api):
     @web.authenticated
     def get(self):
         self.instructor_only()
@@ -344,7 +355,8 @@ def make_app(course, auth, callback=None, cookie_secret=None):
               (r"attempts/([A-Za-z0-9_-]+)/([^/]+)\.html", FeedbackPage),
               ("api/attempts", ApiAttempts), (r"api/attempts/([A-Za-z0-9_-]+)", ApiAttempt),
               ("instructor", Instructor), ("instructor/pause", Pause), ("api/queue", ApiQueue)]
-    handlers = [(p + path, type(cls.__name__, (auth, cls), {}), {"course": course})
+    handlers = [(p + path, type(cls.__name__, (NoLogin, auth, cls) if issubclass(cls, Api) else (auth, cls),
+                                {}), {"course": course})
                 for path, cls in routes]
     handlers.insert(0, (p + MATHJAX_DIR + "/(.*)", MathJax,
                         {"path": str(course.root / FEEDBACK / MATHJAX_DIR)}))

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,7 +62,7 @@ def hand_in(exchange, student, notebook, when=None):
     staging.mkdir()
     nbformat.write(notebook, staging / f"{AID}.ipynb")
     (staging / "timestamp.txt").write_text(stamp)
-    (staging / "submission_secret.txt").write_text(uuid.uuid4().hex)
+    (staging / "submission_secret.txt").write_text(secrets.token_hex(64))
     os.rename(staging, exchange / COURSE_ID / "inbound" / name)  # lands whole, as a copy would
     return name
 

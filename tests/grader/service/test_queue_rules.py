@@ -4,6 +4,7 @@ The journal is the real SQLite file the service keeps; the expected orders are w
 by hand from the rule (round robin across students, one in flight each), not by the code.
 """
 
+import os
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -143,3 +144,31 @@ def test_a_bad_rule_is_one_line_naming_the_key(tmp_path, text, words):
     with pytest.raises(ValueError) as error:
         load_service_rules(tmp_path)
     assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_hand_in_is_taken_once_nbgrader_submit_has_written_it_whole(tmp_path):
+    import secrets
+    import time
+
+    from autograder.service.exchange import Exchange
+
+    exchange = Exchange(tmp_path, "c")
+    folder = exchange.inbound / "ann+toy+2026-12-05 12:00:00.000000 UTC+abc"
+    folder.mkdir(parents=True)
+    (folder / "toy.ipynb").write_text("{}")  # submit copies the files first...
+    (folder / "timestamp.txt").write_text("2026-12-05 12:00:00.000000 UTC")
+    assert exchange.new_submissions(set()) == []
+    (folder / "submission_secret.txt").write_text("")  # ...then opens the secret, then writes it
+    assert exchange.new_submissions(set()) == []
+    (folder / "submission_secret.txt").write_text(secrets.token_hex(64))
+    [found] = exchange.new_submissions(set())
+    assert (found.student, found.assignment) == ("ann", "toy")
+    assert exchange.new_submissions({found.name}) == []
+    other = exchange.inbound / "ben+toy+2026-12-05 12:00:01.000000 UTC+abd"  # another writer: no secret
+    other.mkdir()
+    (other / "toy.ipynb").write_text("{}")
+    assert [f.student for f in exchange.new_submissions({found.name})] == []
+    old = time.time() - 10
+    for path in (other / "toy.ipynb", other):
+        os.utime(path, (old, old))
+    assert [f.student for f in exchange.new_submissions({found.name})] == ["ben"]

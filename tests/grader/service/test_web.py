@@ -98,6 +98,8 @@ def test_pages_carry_a_csp_and_forms_their_xsrf_token(site):
     assert "form-action 'self'" in home.headers["Content-Security-Policy"]
     assert re.search(r'name="_xsrf" value="[^"]+"', home.text)
     assert "<script" not in home.text
+    nobody = requests.get(site["url"] + "api/attempts", allow_redirects=False, timeout=30)
+    assert nobody.status_code == 403 and "attempts" not in nobody.text  # no login: the API refuses
 
 
 def test_a_form_upload_without_the_xsrf_token_is_refused(site):
