@@ -18,6 +18,8 @@ One Chromium for the module.
   route: its upload form, CSRF token included); the attempt's page shows his score, and the
   service shows him only his own: alice's attempt, by every id and path he can form, answers
   exactly as an id that never existed, and so do the instructor's pages.
+* The instructor (a Hub admin) sees the queue and last hour's throughput and pauses intake; a
+  browser without a Hub login is sent to the Hub's login page, where a wrong password fails.
 """
 
 import json
@@ -317,3 +319,22 @@ def test_the_instructor_sees_the_queue_and_throughput_and_pauses_intake(course, 
         assert instructor.offsite == []
     finally:
         instructor.close()
+
+
+def test_the_hub_decides_who_the_student_is(hub, browser, alice):
+    """Without a Hub login the service's pages send the browser to the Hub's login page, and a
+    wrong password there logs no one in: the identity the tests above use is the Hub's."""
+    stranger = Student(browser, hub, "alice")
+    try:
+        page = stranger.page
+        page.goto(hub.service_url(SERVICE))
+        assert urlsplit(page.url).path == "/hub/login", page.url
+        assert "Grading for" not in page.content()
+        page.fill("#username_input", "alice")
+        page.fill("#password_input", STUDENT_PASSWORD + "-wrong")
+        page.click("#login_submit")
+        page.wait_for_load_state("load")
+        assert urlsplit(page.url).path == "/hub/login", page.url
+        assert page.locator(".login_error, #login_error, .alert-danger").count() >= 1, page.content()
+    finally:
+        stranger.close()
