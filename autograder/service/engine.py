@@ -37,12 +37,13 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from time import monotonic, sleep, time
 
 import nbformat
 
 from ..core.cells import grade_id, is_test_cell
-from ..core.gradebook import gradebook_faults, fault_line, standings
+from ..core.gradebook import fault_line, gradebook_faults, open_gradebook, standings
 from ..core.nbgrader_config import FEEDBACK, SOURCE
 from ..core.policy import apply_late_policy, load_service_rules, load_settings, refusal
 from ..core.results import Status
@@ -110,6 +111,7 @@ class Lane:
     slots: int
     watchdog: float
     shown: set              # the test cells a withheld page shows
+    dated: bool             # a due date (course.toml's or the gradebook's): penalties to settle
     running: dict = field(default_factory=dict)  # student -> (attempt, since)
     breaker: Breaker = field(default_factory=Breaker)
     used: float = field(default_factory=monotonic)
@@ -263,10 +265,17 @@ class Service:
             shutil.rmtree(sockets, ignore_errors=True)
             raise
         lane = Lane(assignment, workdir, sockets, transport, slots, watchdog,
-                    shown_test_cells(self.root, assignment, withheld=True))
+                    shown_test_cells(self.root, assignment, withheld=True), self.dated(assignment))
         self.lanes[assignment] = lane
         self.say(f"{assignment}: {slots} grading slot(s) ready")
         return lane
+
+    def dated(self, assignment):
+        """Whether ``assignment`` has a due date, in ``course.toml`` or in the gradebook."""
+        if self.course.due(assignment) is not None:
+            return True
+        with open_gradebook(self.db_url) as gb:
+            return gb.find_assignment(assignment).duedate is not None
 
     def roster(self):
         from ..host.roster import read_roster
@@ -302,7 +311,7 @@ class Service:
                 if tries < HOST_RETRIES:
                     self.retries[attempt.id] = tries + 1
                     self.journal.requeue(attempt.id)
-                    self.restore_counted(attempt.student, attempt.assignment)
+                    self.restore_counted(lane, attempt.student, attempt.assignment)
                     lane.breaker.see(result)
                     return
             self.record(lane, attempt, result)
@@ -317,7 +326,7 @@ class Service:
         student, assignment = attempt.student, attempt.assignment
         driver.keep(self.root, self.db_url, assignment, result, driver.run_id(lane.workdir))
         if result.status != Status.ERROR:
-            self.settle_page(assignment, student, result)
+            self.settle_page(lane, assignment, student, result)
             files.keep_result(self.state, attempt.token, result)
             files.keep_pages(self.state, attempt.token, self.course_pages(student, assignment))
         message = result.error or result.message or ""
@@ -326,14 +335,19 @@ class Service:
         if counted is not None and counted.id == attempt.id:
             self.journal.set_counted(student, assignment, attempt.id)
         else:
-            self.restore_counted(student, assignment)
+            self.restore_counted(lane, student, assignment)
         if attempt.source == "exchange" and result.status != Status.ERROR:
             self.release(attempt, result, lane.shown)
 
-    def settle_page(self, assignment, student, result):
-        """The late penalty of the class gradebook, and the page re-rendered if it differs."""
-        apply_late_policy(self.db_url, assignment, self.course)
-        standing = (standings(self.db_url, assignment) or {}).get(student)
+    def settle_page(self, lane, assignment, student, result):
+        """The late penalties of the class gradebook (when the assignment has a due date: the
+        class's, as ``grade``'s finish writes them), and the student's page re-rendered if it
+        does not show the gradebook's score (a manual grade) or penalty."""
+        if lane.dated:
+            apply_late_policy(self.db_url, assignment, self.course)
+            standing = (standings(self.db_url, assignment) or {}).get(student)
+        else:  # no penalty: the score record() returned is the gradebook's
+            standing = SimpleNamespace(score=result.score, penalty=0.0)
         if result.status == Status.OK and standing is not None and not result.page_agrees(standing):
             driver.write_feedback_pages(self.root, self.db_url, assignment, [student], self.course)
 
@@ -352,14 +366,14 @@ class Service:
             return max(graded, key=lambda a: ((a.score or 0.0), a.id))
         return max(graded, key=lambda a: a.id)
 
-    def restore_counted(self, student, assignment):
+    def restore_counted(self, lane, student, assignment):
         """Set ``submitted/``, the gradebook and the course's files back to the counted attempt."""
         counted = self.counted(student, assignment)
         if counted is None or (kept := files.load_result(self.state, counted.token)) is None:
             return
         files.install(self.root, self.state, counted.token, student, assignment)
         driver.keep(self.root, self.db_url, assignment, kept, "serve")
-        self.settle_page(assignment, student, kept)
+        self.settle_page(lane, assignment, student, kept)
         self.journal.set_counted(student, assignment, counted.id)
 
     # -- out -----------------------------------------------------------------------------
