@@ -35,14 +35,15 @@ $(TRITON_STAMP): requirements-triton.lock $(STAMP)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-triton.lock
 	cp requirements-triton.lock $(TRITON_STAMP)
 
-# axe-core for the accessibility checks of the browser tests (package-lock.json, exact
-# versions, no install scripts): reinstalled only when the lock file has changed. Without
-# npm those checks skip (with a hint) and the rest of the suite still runs.
+# axe-core for the accessibility checks of the browser tests, and configurable-http-proxy for
+# the JupyterHub of the grading-service tests (package-lock.json, exact versions, no install
+# scripts): reinstalled only when the lock file has changed. Without npm those tests skip
+# (with a hint) and the rest of the suite still runs.
 $(NPM_STAMP): package.json package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm ci --ignore-scripts --no-audit --no-fund && cp package-lock.json $(NPM_STAMP); \
 	else \
-	  echo "npm not found: the accessibility checks will skip (apt-get install nodejs npm)"; \
+	  echo "npm not found: the accessibility checks and the JupyterHub tests will skip (apt-get install nodejs npm)"; \
 	fi
 # The learner's packages (requirements-learner.txt, a complete list: --no-deps) as wheels, for
 # tests/book/test_learner_env.py, which makes a venv from them and the site's downloads with

@@ -23,6 +23,7 @@ import nbformat
 import pytest
 
 from autograder.sandbox.launcher import unavailable_reason
+from tests.grader.service.hub import exchange_config
 from tests.grader.test_grading_e2e import FIXTURE, Class
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,10 +40,6 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(SANDBOX_MISSING is not None, reason=str(SANDBOX_MISSING))]
 
 
-def exchange_config(exchange):
-    return f"c.Exchange.root = {str(exchange)!r}\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
-
-
 def run(args, cwd, env):
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
@@ -55,7 +52,7 @@ def trip(tmp_path_factory):
     root, exchange = base / "course", base / "exchange"
     shutil.copytree(FIXTURE / "solutions" / AID, root / "solutions" / AID)
     config = (REPO / "nbgrader_config.py").read_text()
-    (root / "nbgrader_config.py").write_text(config + "\n" + exchange_config(exchange))
+    (root / "nbgrader_config.py").write_text(config + "\n" + exchange_config(exchange, COURSE_ID))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("JUPYTERHUB_USER", None)
     autograder = [sys.executable, "-m", "autograder"]
@@ -72,7 +69,7 @@ def trip(tmp_path_factory):
     for student, notebook in students.items():
         home = base / "home" / student
         home.mkdir(parents=True)
-        (home / "nbgrader_config.py").write_text("c = get_config()\n" + exchange_config(exchange))
+        (home / "nbgrader_config.py").write_text("c = get_config()\n" + exchange_config(exchange, COURSE_ID))
         senv = dict(env, HOME=str(home), JUPYTERHUB_USER=student)
         student_nbgrader = [sys.executable, "-c", AS_HUB_USER]
         run(student_nbgrader + ["fetch_assignment", AID], home, senv)
