@@ -238,7 +238,7 @@ class Service:
                 sleep(LOOK_SECONDS)
                 return started
             files.install(self.root, self.state, attempt.token, attempt.student, attempt.assignment)
-            lane.transport.submit(attempt.student)
+            lane.transport.submit(attempt.student, True)  # a service keeps a kernel warm for the next
             lane.running[attempt.student] = (attempt, monotonic())
             lane.used = monotonic()
             started = True
