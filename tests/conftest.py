@@ -92,17 +92,18 @@ def postgres():
 LONGEST_FIRST = (
     "tests/book/test_chapter_downloads.py",
     "tests/book/test_site_browser.py",
-    "tests/grader/host/test_cluster.py",
     "tests/grader/test_grading_e2e.py",
+    "tests/grader/host/test_cluster.py",
+    "tests/grader/test_host_faults.py",
+    "tests/grader/host/test_term.py",
     "tests/grader/judge/test_measurement_evasions.py",
     "tests/grader/judge/test_memory_judge.py",
-    "tests/grader/sandbox/test_sandbox_attacks.py",
-    "tests/grader/sandbox/test_socket_folder.py",
     "tests/book/test_learner_env.py",  # after test_chapter_downloads, whose learner venv it reuses
     "tests/grader/test_formgrader_browser.py",
-    "tests/grader/test_host_faults.py",
-    "tests/grader/judge/test_judged_crash.py",
+    "tests/grader/sandbox/test_sandbox_attacks.py",
     "tests/grader/assignments/test_assignment_grading.py",
+    "tests/grader/sandbox/test_socket_folder.py",
+    "tests/grader/judge/test_judged_crash.py",
     "tests/book/test_labs_browser.py",
     "tests/book/test_book.py",
 )
