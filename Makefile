@@ -11,7 +11,7 @@ NPM_STAMP := node_modules/.installed-lock
 WHEELHOUSE := $(VENV)/wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.requirements-learner.txt
 
-.PHONY: book test test-fast lint venv bench clean help
+.PHONY: book test test-setup triton-then-book test-fast lint venv bench clean help
 
 help:
 	@echo "make book   build the website into _build/html (chapters executed, cached)"
@@ -58,12 +58,23 @@ $(WHEELHOUSE_STAMP): requirements-learner.txt $(STAMP)
 book: $(STAMP)
 	$(BIN)/python -m scripts.build_book
 
+# What the suite needs, the steps that do not depend on each other at once: npm beside the
+# pinned stack's install; then the book, Triton and the learner wheelhouse side by side.
+# Triton goes in before the book runs, never while a chapter imports torch (a half-written
+# package in site-packages). --output-sync keeps each step's lines together.
+test-setup:
+	$(MAKE) --no-print-directory -j3 --output-sync=target $(NPM_STAMP) $(WHEELHOUSE_STAMP) triton-then-book
+
+triton-then-book: $(TRITON_STAMP)
+	$(MAKE) --no-print-directory book
+
 # One pytest-xdist worker per core, a test file per worker at a time (--dist loadfile: a
-# module's graded class is made once). A test that looks for what a run left behind looks
-# for that run's own folders and cgroups, by its id (tests/leftovers.py), so every test can
-# run beside the others. The slowest tests are listed at the end.
-test: book $(TRITON_STAMP) $(NPM_STAMP) $(WHEELHOUSE_STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadfile --durations=25
+# module's graded class is made once; tests/conftest.py hands out the longest files first).
+# A test that looks for what a run left behind looks for that run's own folders and
+# cgroups, by its id (tests/leftovers.py), so every test can run beside the others. The
+# slowest tests are listed at the end.
+test: test-setup
+	$(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
 
 # No book build, no browser, no end-to-end grading (the `slow` marker), one pytest-xdist
 # worker per core: under a minute on 2 cores.

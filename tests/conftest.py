@@ -5,7 +5,10 @@
 * ``device``: one test per device (session-scoped, so hypothesis tests may use it);
 * ``postgres``: a throwaway PostgreSQL server for a module; ``postgres(name)`` makes a
   fresh database on it and returns its URL (skipped with an install hint without one);
-* a hypothesis profile with few examples and no deadline, to keep the suite fast.
+* a hypothesis profile with few examples and no deadline, to keep the suite fast;
+* the longest test files first (:data:`LONGEST_FIRST`), so that under pytest-xdist
+  (``make test``: ``--dist loadfile --no-loadscope-reorder``) no long file starts last
+  and keeps one core busy after the other has run out of work.
 """
 
 import os
@@ -81,3 +84,36 @@ def postgres():
                 conn.execute(f'CREATE DATABASE "{name}"')
             return f"{base}/{name}"
         yield database
+
+
+# The test files that take longest (wall, in a full `make test` on 2 cores), longest first:
+# they are collected, and so handed to the pytest-xdist workers, before every other file,
+# which keeps its own order. A file missing here only starts later.
+LONGEST_FIRST = (
+    "tests/book/test_chapter_downloads.py",
+    "tests/book/test_site_browser.py",
+    "tests/grader/test_grading_e2e.py",
+    "tests/grader/host/test_cluster.py",
+    "tests/grader/test_host_faults.py",
+    "tests/grader/host/test_term.py",
+    "tests/grader/judge/test_measurement_evasions.py",
+    "tests/grader/judge/test_memory_judge.py",
+    "tests/book/test_learner_env.py",  # after test_chapter_downloads, whose learner venv it reuses
+    "tests/grader/test_formgrader_browser.py",
+    "tests/grader/sandbox/test_sandbox_attacks.py",
+    "tests/grader/assignments/test_assignment_grading.py",
+    "tests/grader/sandbox/test_socket_folder.py",
+    "tests/grader/judge/test_judged_crash.py",
+    "tests/book/test_labs_browser.py",
+    "tests/book/test_book.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Put the items of the :data:`LONGEST_FIRST` files first, in that order (stable)."""
+    root = config.rootpath
+    missing = [name for name in LONGEST_FIRST if not (root / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names no file: {missing}")
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))

@@ -386,6 +386,19 @@ def read_setting(table: dict, name: str, reader, *key: str):
         raise ValueError(f"{toml_key(*key, name)}: {error}") from None
 
 
+def read_course_file(root: str | Path) -> tuple[Path, dict | None]:
+    """``<root>/course.toml`` and its tables (``None`` when there is no file): the one reader
+    of the file. Not valid TOML raises a one-line ValueError naming the file."""
+    path = Path(root) / SETTINGS_FILE
+    if not path.is_file():
+        return path, None
+    try:
+        with open(path, "rb") as f:
+            return path, tomllib.load(f)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: not valid TOML: {error}") from None
+
+
 def load_settings(root: str | Path) -> CourseSettings:
     """The course's due dates and late policies, from ``<root>/course.toml``.
 
@@ -403,14 +416,9 @@ def load_settings(root: str | Path) -> CourseSettings:
     No file: no due dates, policy ``none``. A bad value or an unknown key raises a
     one-line ValueError naming the file and the key.
     """
-    path = Path(root) / SETTINGS_FILE
-    if not path.is_file():
+    path, data = read_course_file(root)
+    if data is None:
         return CourseSettings()
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
     try:
         read_table(data, ("timezone", "late", "assignments", "service") + SELF_CHECK_KEYS)
         zone = read_setting(data, "timezone", read_zone) if "timezone" in data else None
@@ -513,14 +521,9 @@ def load_self_check(root: str | Path) -> SelfCheckSettings:
 
     A bad value raises a one-line ValueError naming the file, the key and the choices.
     """
-    path = Path(root) / SETTINGS_FILE
-    if not path.is_file():
+    path, data = read_course_file(root)
+    if data is None:
         return SelfCheckSettings()
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
     values = {}
     for key, name, choices in (("self_check", "mode", SELF_CHECK_MODES),
                                ("self_check_answers", "answers", SELF_CHECK_ANSWERS)):
@@ -634,8 +637,7 @@ def load_service_rules(root: str | Path) -> ServiceRules:
     settings = load_settings(root)  # the file is checked whole: the same errors as grade's
     if settings.source is None:
         return ServiceRules()
-    with open(settings.source, "rb") as f:
-        data = tomllib.load(f)
+    _, data = read_course_file(root)
     try:
         table = read_table(data.get("service", {}), SERVICE_KEYS, "service")
         default = read_rules(table, AttemptRules(), "service")

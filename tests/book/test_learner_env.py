@@ -8,9 +8,11 @@
   (``.venv/wheelhouse``): nothing is downloaded here. It is made once for each set of
   downloads and kept (``.venv/learner-envs/<their SHA-256>``): while the downloads, the
   wheelhouse and Python stay the same, the next run reuses it. In that environment's kernel, nbval
-  (run under pytest, from the course's venv) executes every chapter notebook the site offers
-  (no cell may fail), every student notebook with the solutions pasted in (no cell may
-  fail) and every student notebook as released (only its ``NotImplementedError`` stubs fail).
+  (run under pytest, from the course's venv) executes every student notebook with the solutions
+  pasted in (no cell may fail) and every student notebook as released (only its
+  ``NotImplementedError`` stubs fail). Every chapter notebook the site offers runs in the same
+  environment's kernel in ``tests/book/test_chapter_downloads.py`` (Run All in JupyterLab, no
+  cell may fail), so it is not run a second time here.
 * ``browser``: JupyterLab 4 from that environment on 127.0.0.1, a downloaded student notebook
   run in headless Chromium, a solution pasted into its first part, and ``nbgrader validate``
   (the course's venv) on the same file.
@@ -365,37 +367,21 @@ def expected_student_failures(aid):
 
 
 @pytest.mark.slow
-def test_downloaded_notebooks_run_in_the_learner_env(learner):
-    """Chapters: no cell fails. Student notebooks with solutions: no cell fails. As released:
-    exactly the stubs and the tests that call them fail, with NotImplementedError."""
+def test_downloaded_exercises_run_in_the_learner_env(learner):
+    """Student notebooks with solutions: no cell fails. As released: exactly the stubs and
+    the tests that call them fail, with NotImplementedError."""
     folder, python = learner
-    chapters = sorted((HTML / "_sources" / "chapters").glob("*.ipynb"))
-    assert len(chapters) == len(list((ROOT / "chapters").glob("*.md")))
-    runs = {}
-    for group in ("chapters-a", "chapters-b", "exercises"):
-        (folder / group).mkdir()
-    for i, chapter in enumerate(sorted(chapters, key=lambda p: -p.stat().st_size)):
-        shutil.copy(chapter, folder / ("chapters-a" if i % 2 == 0 else "chapters-b"))
+    (folder / "exercises").mkdir()
     for aid in ASSIGNMENTS:
         shutil.copy(ROOT / "release" / aid / f"{aid}.ipynb", folder / "exercises")
         nbformat.write(with_solutions(aid), folder / "exercises" / f"{aid}-solved.ipynb")
     start = time.perf_counter()
-    # two kernels at a time, as the book build runs the chapters; the exercises after
-    for group in ("chapters-a", "chapters-b"):
-        runs[group] = run_nbval(folder, python, sorted((folder / group).glob("*.ipynb")), group)
-    chapter_cells = {}
-    for group, process in runs.items():
-        chapter_cells.update(results(process, folder / f"{group}.xml")[0])
-    chapters_done = time.perf_counter()
     process = run_nbval(folder, python, sorted((folder / "exercises").glob("*.ipynb")), "exercises")
     exercise_cells = results(process, folder / "exercises.xml")[0]
-    print(f"\nnbval: chapters {chapters_done - start:.1f} s, "
-          f"exercises {time.perf_counter() - chapters_done:.1f} s")
+    print(f"\nnbval: exercises {time.perf_counter() - start:.1f} s")
 
-    assert sorted(chapter_cells) == [chapter.name for chapter in chapters]
-    for name, cells in chapter_cells.items():
-        failed = {i: text[-1500:] for i, text in cells.items() if text}
-        assert cells and not failed, f"{name} fails in the learner env: {failed}"
+    assert sorted(exercise_cells) == sorted(
+        [f"{aid}.ipynb" for aid in ASSIGNMENTS] + [f"{aid}-solved.ipynb" for aid in ASSIGNMENTS])
     for aid in ASSIGNMENTS:
         solved = exercise_cells[f"{aid}-solved.ipynb"]
         assert solved and not any(solved.values()), f"{aid} with solutions: {solved}"

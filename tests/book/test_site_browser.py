@@ -172,33 +172,19 @@ RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\$[^$\n]*\\[A-Za-z]+[^$\n]*\$")
 
 
 @pytest.mark.parametrize("doc", DOCS)
-def test_page_renders_offline_without_errors(browser, site, doc):
-    context, page, log = open_page(browser, f"{site}/{doc}.html")
-    try:
-        assert not log.offsite, f"{doc} requested off-site resources: {log.offsite}"
-        assert not log.failed, f"{doc} has failed requests: {log.failed}"
-        assert not log.errors, f"{doc} logged console errors: {log.errors}"
-
-        math_nodes = page.locator(".math").count()
-        if math_nodes:
-            typeset = page.locator("mjx-container").count()
-            assert typeset >= math_nodes, f"{doc}: {typeset} of {math_nodes} formulas typeset"
-            assert page.locator("mjx-merror").count() == 0, f"{doc}: a formula has a TeX error"
-        raw = RAW_TEX.findall(page.evaluate(ARTICLE_TEXT_JS))
-        assert not raw, f"{doc}: raw TeX left in the page: {raw[:5]}"
-
-        broken = page.evaluate(
-            "() => Array.from(document.images)"
-            ".filter(img => !img.complete || img.naturalWidth === 0)"
-            ".map(img => img.currentSrc || img.id)")
-        assert not broken, f"{doc}: images that did not load: {broken}"
-
-        if os.environ.get("BOOK_SCREENSHOTS"):
-            target = Path(os.environ["BOOK_SCREENSHOTS"]) / f"{doc.replace('/', '_')}.png"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(target), full_page=True)
-    finally:
-        context.close()
+def test_page_renders_offline_without_errors(audit, doc):
+    report = audit(doc)
+    assert not report["offsite"], f"{doc} requested off-site resources: {report['offsite']}"
+    assert not report["failed"], f"{doc} has failed requests: {report['failed']}"
+    assert not report["errors"], f"{doc} logged console errors: {report['errors']}"
+    loaded = report["loaded"]
+    if loaded["math"]:
+        assert loaded["typeset"] >= loaded["math"], (
+            f"{doc}: {loaded['typeset']} of {loaded['math']} formulas typeset")
+        assert loaded["merror"] == 0, f"{doc}: a formula has a TeX error"
+    raw = RAW_TEX.findall(loaded["text"])
+    assert not raw, f"{doc}: raw TeX left in the page: {raw[:5]}"
+    assert not loaded["broken_images"], f"{doc}: images that did not load: {loaded['broken_images']}"
 
 
 def test_a_lab_responds_to_its_controls(browser, site):
@@ -447,15 +433,30 @@ def set_theme(page, mode):
 
 
 def audit_page(browser, site, doc):
-    """Everything the layout and accessibility tests check on one page, in one tab."""
+    """Everything the render, layout and accessibility tests check on one page, in one tab:
+    first the page as loaded at the desktop width (``loaded``), then its colour modes, then
+    the phone width; what the page requested and logged is kept until the end."""
     context, page, log = open_page(browser, f"{site}/{doc}.html", width=DESKTOP)
     try:
-        report = {"desktop": page.evaluate(OVERFLOW_JS),
+        report = {"loaded": {
+                      "math": page.locator(".math").count(),
+                      "typeset": page.locator("mjx-container").count(),
+                      "merror": page.locator("mjx-merror").count(),
+                      "text": page.evaluate(ARTICLE_TEXT_JS),
+                      "broken_images": page.evaluate(
+                          "() => Array.from(document.images)"
+                          ".filter(img => !img.complete || img.naturalWidth === 0)"
+                          ".map(img => img.currentSrc || img.id)")},
+                  "desktop": page.evaluate(OVERFLOW_JS),
                   "figures": page.evaluate(FIGURE_SCALE_JS),
                   "text": page.evaluate(
                       "() => (document.querySelector('article') || document.body).innerText"),
                   "search_boxes": page.evaluate(SEARCH_BOXES_JS),
                   "favicon": page.evaluate(FAVICON_JS)}
+        if os.environ.get("BOOK_SCREENSHOTS"):
+            target = Path(os.environ["BOOK_SCREENSHOTS"]) / f"{doc.replace('/', '_')}.png"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(target), full_page=True)
         if AXE.is_file():
             page.add_script_tag(path=str(AXE))
         for mode in ("light", "dark"):
@@ -482,7 +483,7 @@ def audit_page(browser, site, doc):
             set_theme(page, "dark")
             page.screenshot(path=str(target.with_suffix("").with_suffix(".dark.png")),
                             full_page=True)
-        report["errors"] = list(log.errors)
+        report.update(errors=list(log.errors), failed=list(log.failed), offsite=list(log.offsite))
         return report
     finally:
         context.close()

@@ -14,14 +14,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from jupyter_client.utils import run_sync
 
 from autograder.core.limits import WORKER_MEMORY_MB, cap_worker_memory
-from autograder.judge.kernel_manager import SandboxedKernelManager
 from autograder.judge.transport import KernelTransport
 from autograder.judge.verdict import JudgeError
 from autograder.kernel import probe
-from autograder.sandbox.launcher import unavailable_reason
+from tests.sandboxed_kernel import need_sandbox, sandboxed_kernel
 
 EMPTY_DICTS = 22_000_000
 HOSTILE = "[" + "{}," * EMPTY_DICTS + "{}]"  # 66 MB of 22 million dicts
@@ -91,23 +89,14 @@ def test_a_kernel_that_answers_66_mb_of_dicts_costs_the_worker_its_size_not_30_t
     """Through the real line: the kernel's probe answers with the hostile text; the judge
     receives the frame (66 MB), refuses it, and the worker's heap never holds more than the
     frame and its text (2 x 66 MB), not the 1.9 GiB of the parsed dicts."""
-    if reason := unavailable_reason():
-        pytest.skip(reason)
-    km = SandboxedKernelManager(kernel_name="python3")
-    run_sync(km.start_kernel)()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        run_sync(kc.wait_for_ready)(timeout=60)
+    need_sandbox()
+    with sandboxed_kernel() as (km, kc):
         transport = KernelTransport(kc, km, 60)
         assert transport.request({"op": "lookup", "name": "x"}, 60) == {"found": False,
                                                                         "callable": False}
         transport.new_cell()
         transport.run_silently(REPLACE_DUMPS, 60)
         outcome, peak = peak_while(lambda: transport.request({"op": "lookup", "name": "x"}, 120))
-    finally:
-        kc.stop_channels()
-        run_sync(km.shutdown_kernel)(now=True)
     assert isinstance(outcome, (probe.ProbeError, JudgeError)), outcome
     assert "more than 200,000 values" in str(outcome)
     assert transport.bytes > len(HOSTILE)  # the whole frame came: it was refused, not lost

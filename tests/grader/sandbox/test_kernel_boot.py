@@ -5,8 +5,7 @@ killed one is seen gone within milliseconds."""
 import pytest
 from jupyter_client.utils import run_sync
 
-from autograder.judge.kernel_manager import SandboxedKernelManager
-from autograder.sandbox.launcher import unavailable_reason
+from tests.sandboxed_kernel import need_sandbox, started, stop
 
 pytestmark = pytest.mark.slow
 
@@ -32,26 +31,6 @@ def _answer():
 """
 
 
-def need_sandbox():
-    if reason := unavailable_reason():
-        pytest.skip(f"{reason}: the sandbox is needed (apt-get install bubblewrap)")
-
-
-async def started():
-    """A sandboxed kernel that has answered, and its client (channels started)."""
-    km = SandboxedKernelManager(kernel_name="python3")
-    await km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        await kc.wait_for_ready(timeout=60)
-    except BaseException:
-        kc.stop_channels()
-        await km.shutdown_kernel(now=True)
-        raise
-    return km, kc
-
-
 @pytest.fixture(scope="module")
 def kernel():
     need_sandbox()
@@ -64,8 +43,7 @@ def kernel():
                                                  user_expressions=CHECKS, timeout=30)
             return info["content"], reply["content"]
         finally:
-            kc.stop_channels()
-            await km.shutdown_kernel(now=True)
+            await stop(km, kc)
 
     return run_sync(session)()
 

@@ -42,6 +42,8 @@ REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "course"
 MISSING = unavailable_reason()
 MARK = "attack-marker-7f3a"  # in the command line of every process an attack starts
+STARTED = "attack-started-at"  # printed by the attacks that write later, with the time
+LATEST = 6  # seconds: the latest delayed write of any attack comes this long after it began
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
@@ -88,8 +90,9 @@ ATTACKS = {
             open(path, 'wb').write(b'x')
         assert glob.glob('/tmp/autograder-*'), 'no worker folder visible'
     """,
-    # -- outlive the kernel ---------------------------------------------------------------
+    # -- outlive the kernel (each prints when it began: its writes come at most LATEST after) --
     "background_thread": """
+        print(STARTED, time.time())
         import threading
         def later():
             time.sleep(2)
@@ -97,6 +100,7 @@ ATTACKS = {
         threading.Thread(target=later, daemon=False).start()
     """,
     "escaped_process": """
+        print(STARTED, time.time())
         import subprocess
         subprocess.Popen(['sh', '-c', 'sleep 4; echo MARK > ' + ROOT + '/grades.csv', 'MARK'],
                          start_new_session=True)
@@ -210,7 +214,7 @@ def student_notebook(release, root, prelude=None):
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if gid == "add":
             cell.source = ("def add(a, b):\n    return a + b\n" if prelude is None else
-                           f"import os, time\nROOT = {str(root)!r}\nMARK = {MARK!r}\n"
+                           f"import os, time\nROOT = {str(root)!r}\nMARK = {MARK!r}\nSTARTED = {STARTED!r}\n"
                            + _dedent(prelude) + "\n" + WRONG)
         if gid == "softmax":
             cell.source = ("def softmax(xs):\n    m = max(xs)\n    e = [math.exp(x - m) for x in xs]\n"
@@ -292,9 +296,21 @@ def test_submissions_are_untouched(attacked):
     assert tree_digest(attacked["root"] / "submitted") == attacked["submitted"]
 
 
+def started_at(root, student):
+    """When ``student``'s attack began: the time it printed in its autograded notebook."""
+    nb = nbformat.read(root / "autograded" / student / "toy" / "toy.ipynb", as_version=4)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            for line in output.get("text", "").splitlines():
+                if line.startswith(STARTED):
+                    return float(line.split()[1])
+    raise AssertionError(f"{student}'s attack printed no start time")
+
+
 def test_nothing_changes_after_the_run_and_nothing_is_left(attacked):
-    time.sleep(7)  # longer than any attack's delayed write
     root = attacked["root"]
+    began = max(started_at(root, f"m_{a}") for a in ATTACKS if "print(STARTED" in ATTACKS[a])
+    time.sleep(max(0.0, began + LATEST + 1 - time.time()))  # past every delayed write
     assert (root / "grades.csv").read_text() == attacked["after_run"]["csv"]
     assert tree_digest(root)["gradebook.db"] == attacked["after_run"]["db"]
     assert marked_processes() == []

@@ -44,10 +44,10 @@ from pathlib import Path
 import pytest
 from jupyter_client.utils import run_sync
 
-from autograder.judge.kernel_manager import SandboxedKernelManager
 from autograder.judge.transport import SOCKET_NAME, KernelTransport
 from autograder.kernel.probe import Op
 from autograder.sandbox.launcher import NOBODY, unavailable_reason
+from tests.sandboxed_kernel import sandboxed_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -232,12 +232,7 @@ def test_a_racing_kernel_cannot_turn_the_workers_chmod_on_a_host_file(victims):
     control_hits, control_sessions = control_hit_rate(victims)
     assert control_hits >= 1, f"the racer never won in {control_sessions} sessions of the control"
     p = control_hits / control_sessions
-    km = SandboxedKernelManager(kernel_name="python3")
-    run_sync(km.start_kernel)()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        run_sync(kc.wait_for_ready)(timeout=60)
+    with sandboxed_kernel() as (km, kc):
         started = printed(kc, START_RACER.format(victims=[str(v) for v in victims], racer=RACER))
         assert started["folder"] == os.path.dirname(km.connection_file)
         transport = KernelTransport(kc, km, 30)
@@ -249,9 +244,6 @@ def test_a_racing_kernel_cannot_turn_the_workers_chmod_on_a_host_file(victims):
             drain(kc)  # each session's status messages: read, or the queues drop newer ones
             hits += hit(victims)
         counts = printed(kc, STOP_RACER)
-    finally:
-        kc.stop_channels()
-        run_sync(km.shutdown_kernel)(now=True)
     # the racer ran all along, and the folder refused every link and every swap
     assert counts["tries"] > 10 * SESSIONS, counts
     assert counts["links"] == 0 and counts["exchanged"] == 0, counts
@@ -268,12 +260,7 @@ def test_the_socket_folder_and_its_files_are_the_graders():
     """What the kernel sees of its folder: the grader's, read-only; the connection file is
     readable by the kernel's user and no one else; the sockets were bound by the worker."""
     need_root_sandbox()
-    km = SandboxedKernelManager(kernel_name="python3")
-    run_sync(km.start_kernel)()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        run_sync(kc.wait_for_ready)(timeout=60)
+    with sandboxed_kernel() as (km, kc):
         folder = Path(km.connection_file).parent
         info = os.lstat(folder)
         assert (info.st_uid, info.st_mode & 0o777) == (0, 0o711)
@@ -297,9 +284,6 @@ for name, act in (("create", lambda: open(d + "/x", "w")), ("mkdir", lambda: os.
         tries[name] = e.strerror
 print(json.dumps({"uid": os.getuid(), "tries": tries, "writable": os.access(d, os.W_OK)}))
 ''')
-    finally:
-        kc.stop_channels()
-        run_sync(km.shutdown_kernel)(now=True)
     assert seen["uid"] == NOBODY and not seen["writable"]
     assert set(seen["tries"].values()) == {"Read-only file system"}, seen
     assert not folder.exists()
@@ -312,17 +296,9 @@ FILL_TMP = r'''
 import json, os, sys
 from jupyter_client.utils import run_sync
 from autograder.core.limits import Limits
-from autograder.judge.kernel_manager import SandboxedKernelManager
+from tests.sandboxed_kernel import started, stop
 
 os.environ.update(Limits(disk_mb=48).environment())
-
-def started():
-    km = SandboxedKernelManager(kernel_name="python3")
-    run_sync(km.start_kernel)()
-    kc = km.client()
-    kc.start_channels()
-    run_sync(kc.wait_for_ready)(timeout=60)
-    return km, kc
 
 FILL = """
 import os, json
@@ -351,14 +327,13 @@ def run(kc, code):
 
 free = lambda: os.statvfs("/tmp").f_bavail * os.statvfs("/tmp").f_frsize
 before = free()
-a_km, a_kc = started()
+a_km, a_kc = run_sync(started)()
 status, written = run(a_kc, FILL)
 during = free()
-b_km, b_kc = started()
+b_km, b_kc = run_sync(started)()
 b_status, two = run(b_kc, "print(1 + 1)")
 for km, kc in ((a_km, a_kc), (b_km, b_kc)):
-    kc.stop_channels()
-    run_sync(km.shutdown_kernel)(now=True)
+    run_sync(stop)(km, kc)
 print(json.dumps({"written": json.loads(written), "before": before, "during": during,
                   "b": [b_status, two.strip()]}))
 '''
