@@ -90,12 +90,17 @@ def postgres():
 # they are collected, and so handed to the pytest-xdist workers, before every other file,
 # which keeps its own order. A file missing here only starts later.
 LONGEST_FIRST = (
+    "tests/grader/assignments/test_self_check.py",
     "tests/book/test_chapter_downloads.py",
     "tests/book/test_site_browser.py",
     "tests/grader/test_grading_e2e.py",
     "tests/grader/host/test_cluster.py",
     "tests/grader/test_host_faults.py",
     "tests/grader/host/test_term.py",
+    "tests/grader/service/test_serve.py",
+    "tests/grader/assignments/test_assignment_07.py",
+    "tests/grader/service/test_hub_e2e.py",
+    "tests/grader/service/test_web.py",
     "tests/grader/judge/test_measurement_evasions.py",
     "tests/grader/judge/test_memory_judge.py",
     "tests/book/test_learner_env.py",  # after test_chapter_downloads, whose learner venv it reuses
