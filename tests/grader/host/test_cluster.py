@@ -35,6 +35,7 @@ import pytest
 
 from autograder.host.driver import expected_seconds, grade
 from autograder.core.gradebook import advisory_lock, engine_url, libpq_url
+from autograder.core.limits import LOAD_ALLOWANCE
 from tests.servers import DASK_HINT, POSTGRES_HINT, dask_cluster, free_port, postgres_bin
 from autograder.host.release import generate
 from autograder.sandbox.launcher import unavailable_reason
@@ -375,8 +376,8 @@ def test_a_stopped_worker_is_given_up_within_the_watchdog_and_said_so(tmp_path, 
     klass = hostile_class()
     klass.submissions = {s: klass.submissions[s] for s in ("correct", "hang")}
     root = make_course(tmp_path / "course", klass)
-    notebook = 20
-    watchdog = (notebook + 60) + 60  # one notebook: autograder.host.driver.prepare
+    notebook = 10
+    watchdog = (notebook * LOAD_ALLOWANCE + 60) + 60  # one notebook: autograder.host.driver.prepare
     stopped = []
 
     def stop():
