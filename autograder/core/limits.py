@@ -21,8 +21,9 @@ from ..sandbox.limits import SandboxLimits
 WORKER_MEMORY_MB = 4096
 
 # How much longer than its limit a notebook may take on the wall clock while the host gives
-# its kernel less than a CPU: limits are charged on autograder.judge.clock.ChargedClock,
-# which never runs slower than wall / LOAD_ALLOWANCE. The driver's watchdog allows for it.
+# its kernel less than a CPU (limits are charged on autograder.judge.clock.ChargedClock, which
+# does not count the waits for a CPU): the driver's watchdog gives up a student after this
+# many times the notebook's limit (plus margins), as an error, never a grade.
 LOAD_ALLOWANCE = 3
 
 
@@ -43,7 +44,7 @@ class Limits:
     * ``cell_timeout``: seconds per cell (the judge's calls of one test cell included);
     * ``notebook_timeout``: seconds for the whole notebook (both charged on
       :class:`autograder.judge.clock.ChargedClock`: time the host gave to other work is not
-      counted, within :data:`LOAD_ALLOWANCE` times the wall seconds);
+      counted; the watchdog allows :data:`LOAD_ALLOWANCE` times the wall seconds);
     * ``memory_mb``: memory of the kernel and everything it starts (cgroup), and its
       address space (``RLIMIT_AS``);
     * ``output_limit``: bytes of output kept per cell;

@@ -313,13 +313,19 @@ def kernel_cpu(name):
     dirs = _group_dirs(name or "") if name else []
     if not dirs or not os.path.isdir(dirs[0]):
         return None
+    return process_cpu(_tasks(dirs[0]))
+
+
+def process_cpu(pids, children=True):
+    """:func:`kernel_cpu`'s ``(cpu, waits)`` of the processes ``pids`` (and their threads;
+    the children they have reaped only with ``children``)."""
     tick = os.sysconf("SC_CLK_TCK")
     cpu, waits = 0.0, {}
-    for pid in _tasks(dirs[0]):
+    for pid in pids:
         try:
             fields = _proc_numbers(f"/proc/{pid}/stat")
             # after the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
-            cpu += sum(int(v) for v in fields[11:15]) / tick
+            cpu += sum(int(v) for v in fields[11:15 if children else 13]) / tick
             for tid in os.listdir(f"/proc/{pid}/task"):
                 try:
                     with open(f"/proc/{pid}/task/{tid}/schedstat") as f:

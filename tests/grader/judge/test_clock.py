@@ -2,7 +2,7 @@
 
 A process that sleeps is charged its wall time; one that spins beside ``3 x cores`` CPU
 hogs is charged about its own CPU time, far less than the wall time, and never less than its
-CPU time nor a third of the wall time.
+CPU time.
 """
 
 import os
@@ -13,7 +13,6 @@ import uuid
 
 import pytest
 
-from autograder.core.limits import LOAD_ALLOWANCE
 from autograder.judge.clock import ChargedClock
 from autograder.sandbox.cgroups import cgroup_version, kernel_cpu, kill_cgroup
 from tests.grader.host.test_load import cpu_hogs
@@ -63,6 +62,5 @@ def test_a_computing_kernel_beside_hogs_is_charged_its_own_work_only():
         time.sleep(0.5)
         charged, wall, cpu = charged_over(4.0, "spin")
     assert charged < 0.75 * wall, (charged, wall, cpu)  # the host's load is not charged
-    assert charged >= wall / LOAD_ALLOWANCE - 0.1
     assert charged >= cpu - 0.1
 
