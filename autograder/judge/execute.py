@@ -10,9 +10,11 @@ runs only the cell's visible lines, the worker runs the whole test with trusted
 libraries and asks the kernel only for the outputs of the student's functions.
 Compared with stock nbgrader it also adds
 
-* a wall-clock budget for the whole notebook: each cell may use at most what is
+* a time budget for the whole notebook: each cell may use at most what is
   left of it, cells after it ran out are not run and get a ``NotebookTimeoutError``
-  (so their tests score 0);
+  (so their tests score 0). Every limit is charged time
+  (:class:`~autograder.judge.clock.ChargedClock`): the seconds a kernel waited for a CPU
+  that the host gave to other work are not counted;
 * an output cap per cell: past ``output_limit`` bytes the outputs are dropped, the
   kernel is interrupted and the cell gets an ``OutputLimitError`` (a flooding test
   cell scores 0; the grader's memory stays bounded);
@@ -21,7 +23,9 @@ Compared with stock nbgrader it also adds
   kernel dies (``os._exit``, segfault, memory cap), the kernel is killed with its
   whole process group, a fresh one is started, the cells that had already run are
   replayed silently, and grading goes on with the next cell. The failed cell
-  scores 0 (a ``CellTimeoutError`` or ``DeadKernelError`` output).
+  scores 0 (a ``CellTimeoutError`` or ``DeadKernelError`` output);
+* a kernel killed from outside (:func:`killed_from_outside`: the host, not the student)
+  costs nothing: the notebook is executed again from the start, once.
 
 Every such event is recorded in the executed notebook's metadata
 (``metadata.autograder.events``, see :func:`events`), for the grading summary.

@@ -16,10 +16,12 @@ run for ever). Limits are charged on :class:`autograder.judge.clock.ChargedClock
 import copy
 import ctypes
 import io
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
 
 import nbformat
@@ -41,6 +43,7 @@ LIMITS = dict(jobs=2, limits=Limits(cell_timeout=6, notebook_timeout=60, memory_
                                      output_limit=100_000))
 SLOW_CPU = 2.0  # CPU seconds of the slow honest cell: within its limit on any host
 SLOW = f"import time\n_t = time.process_time()\nwhile time.process_time() - _t < {SLOW_CPU}:\n    pass\n"
+BUSY = 0.9 * SLOW_CPU  # CPU seconds past which a kernel is in the slow cell (a start-up takes < 1)
 SLEEP = "import time\ntime.sleep(1000)\n"
 HOGS = 3 * (os.cpu_count() or 1)
 
@@ -118,3 +121,51 @@ def test_the_loaded_runs_were_slow_enough_to_matter(runs):
     loaded: a wall-clock verdict would have failed it."""
     _, graded, _ = runs
     assert graded["loaded"]["slow"].seconds > LIMITS["limits"].cell_timeout
+
+
+def started_here(threads):
+    """Whether any of ``threads`` (``(pid, tid)`` keys) descends from this process: a kernel
+    of this test's grading run, never another run's on the same host."""
+    for pid, _ in threads:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                break
+    return False
+
+
+def test_a_kernel_killed_from_outside_mid_cell_costs_nothing(tmp_path, toy_release):  # noqa: F811
+    """Another process kills the cgroup of the kernel that runs the slow student's cell (as a
+    neighbour's cleanup once did): the notebook is executed again and gets its full grade."""
+    from autograder.sandbox.cgroups import kernel_cgroups, kernel_cpu, kill_cgroup
+
+    klass = load_class(toy_release)
+    klass.submissions = {"slow": klass.submissions["slow"]}
+    root = make_course(tmp_path / "course", klass)
+    killed, done = [], threading.Event()
+
+    def kill_the_busy_kernel():  # ours, past a kernel's start-up: the slow cell's
+        while not done.is_set() and not killed:
+            for name in kernel_cgroups():
+                usage = kernel_cpu(name)
+                if usage is not None and usage[0] > BUSY and started_here(usage[1]):
+                    kill_cgroup(name)
+                    killed.append(name)
+                    break
+            done.wait(0.1)
+
+    killer = threading.Thread(target=kill_the_busy_kernel)
+    killer.start()
+    try:
+        [result] = grade("toy", root, progress=False, out=io.StringIO(), **LIMITS)
+    finally:
+        done.set()
+        killer.join()
+    assert killed, "no kernel of the run computed that long"
+    assert (result.status, result.score, result.limits) == ("ok", klass.total, []), result
+    graded = json.loads(result.files["autograded/slow/toy/toy.ipynb"])
+    assert "killed (SIGKILL) from outside" in graded["metadata"]["autograder"]["executed_again"]
