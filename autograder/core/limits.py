@@ -21,6 +21,12 @@ from ..sandbox.limits import SandboxLimits
 # test cell, not the worker. A Dask worker's cap is its nanny's ``--memory-limit``.
 WORKER_MEMORY_MB = 4096
 
+# How much longer than its limit a notebook may take on the wall clock while the host gives
+# its kernel less than a CPU (limits are charged on autograder.judge.clock.ChargedClock, which
+# does not count the waits for a CPU): the driver's watchdog gives up a student after this
+# many times the notebook's limit (plus margins), as an error, never a grade.
+LOAD_ALLOWANCE = 3
+
 
 def cap_worker_memory(mb=WORKER_MEMORY_MB):
     """Set this process's soft ``RLIMIT_DATA`` to ``mb`` MiB (the hard limit stays: the sandbox
@@ -37,7 +43,9 @@ class Limits:
     """What one submission may use.
 
     * ``cell_timeout``: seconds per cell (the judge's calls of one test cell included);
-    * ``notebook_timeout``: wall-clock seconds for the whole notebook;
+    * ``notebook_timeout``: seconds for the whole notebook (both charged on
+      :class:`autograder.judge.clock.ChargedClock`: time the host gave to other work is not
+      counted; the watchdog allows :data:`LOAD_ALLOWANCE` times the wall seconds);
     * ``memory_mb``: memory of the kernel and everything it starts (cgroup), and its
       address space (``RLIMIT_AS``);
     * ``output_limit``: bytes of output kept per cell;

@@ -56,7 +56,7 @@ from ..core.cells import grade_id, is_test_cell
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
                               lock_holder, open_gradebook, record, sqlite_url, standings, writing)
-from ..core.limits import Limits, Retries
+from ..core.limits import LOAD_ALLOWANCE, Limits, Retries
 from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, STAMP, SUBMITTED, default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, late_note, load_settings
 from ..core.results import Status
@@ -476,7 +476,9 @@ def worker_settings(job, workdir, sockets):
         sync_roster(job.db_url, job.roster)
     install_mathjax(job.root / FEEDBACK)
     notebooks = max(1, len(list(release.glob("*.ipynb"))))
-    return settings, notebooks * (job.limits.notebook_timeout + 60) + 60
+    # a notebook's limits are charged time: on a loaded host it may take LOAD_ALLOWANCE times
+    # as long on the wall clock (autograder.judge.clock)
+    return settings, notebooks * (job.limits.notebook_timeout * LOAD_ALLOWANCE + 60) + 60
 
 
 def student_version(assignment, root, db_url, workdir):

@@ -10,9 +10,11 @@ runs only the cell's visible lines, the worker runs the whole test with trusted
 libraries and asks the kernel only for the outputs of the student's functions.
 Compared with stock nbgrader it also adds
 
-* a wall-clock budget for the whole notebook: each cell may use at most what is
+* a time budget for the whole notebook: each cell may use at most what is
   left of it, cells after it ran out are not run and get a ``NotebookTimeoutError``
-  (so their tests score 0);
+  (so their tests score 0). Every limit is charged time
+  (:class:`~autograder.judge.clock.ChargedClock`): the seconds a kernel waited for a CPU
+  that the host gave to other work are not counted;
 * an output cap per cell: past ``output_limit`` bytes the outputs are dropped, the
   kernel is interrupted and the cell gets an ``OutputLimitError`` (a flooding test
   cell scores 0; the grader's memory stays bounded);
@@ -21,7 +23,9 @@ Compared with stock nbgrader it also adds
   kernel dies (``os._exit``, segfault, memory cap), the kernel is killed with its
   whole process group, a fresh one is started, the cells that had already run are
   replayed silently, and grading goes on with the next cell. The failed cell
-  scores 0 (a ``CellTimeoutError`` or ``DeadKernelError`` output).
+  scores 0 (a ``CellTimeoutError`` or ``DeadKernelError`` output);
+* a kernel killed from outside (:func:`killed_from_outside`: the host, not the student)
+  costs nothing: the notebook is executed again from the start, once.
 
 Every such event is recorded in the executed notebook's metadata
 (``metadata.autograder.events``, see :func:`events`), for the grading summary.
@@ -29,8 +33,9 @@ Every such event is recorded in the executed notebook's metadata
 
 import ast
 import asyncio
+import copy
 from queue import Empty
-from time import monotonic, sleep
+from time import sleep
 
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
@@ -43,8 +48,9 @@ from ..core.cells import grade_id, is_setup_cell, is_test_cell, visible_source
 from ..core.limits import Limits, Retries
 from ..core.results import LimitKind
 from ..kernel.probe import Op
-from ..sandbox.cgroups import MemoryMeter, MeterUnavailable
+from ..sandbox.cgroups import MemoryMeter, MeterUnavailable, memory_events
 from . import verdict as judge
+from .clock import ChargedClock
 from .kernel_manager import SandboxedKernelManager
 from .transport import KernelTransport, Lost
 
@@ -57,6 +63,7 @@ def events(nb):
     return list(nb.metadata.get(EVENTS_KEY, {}).get("events", []))
 
 PROBE_SECONDS = 2.0  # how long an interrupted kernel may take to answer again
+REPLY_SLICE = 0.5    # a wait for a reply looks at the charged clock (and the kernel) this often
 
 
 class GradingHostFault(BaseException):
@@ -64,6 +71,13 @@ class GradingHostFault(BaseException):
     measured): never the student's grade. The worker records the student as ``error``,
     keeping the earlier grade (:func:`autograder.worker.pipeline.grade_student`); a
     ``BaseException``, for the reason :class:`KernelStartError` gives."""
+
+
+class KilledFromOutside(GradingHostFault):
+    """A grading kernel was SIGKILLed below its memory cap: not by its own doing (a host's
+    OOM killer, another process that killed kernel cgroups). :meth:`LimitedExecute.preprocess`
+    executes the notebook once more from the start; a ``GradingHostFault`` in any other
+    caller (the student is recorded ``error``, the earlier grade stays)."""
 
 
 class KernelStartError(GradingHostFault):
@@ -180,6 +194,29 @@ class Spare:
             _shut(km)
 
 
+def killed_from_outside(km):
+    """Why the dead kernel of ``km`` was killed by the host, or None when its death is the
+    student's doing.
+
+    The host's: the sandbox's own monitor (bubblewrap, outside the kernel's PID namespace and
+    user, which no student code can signal) was SIGKILLed, or an OOM killer killed a process of
+    the kernel's cgroup while the cgroup had never reached its memory cap (the host's memory
+    ran out) — both with the cgroup below its cap. The student's: an exit of its own
+    (``os._exit``, a segfault, a signal it sent itself), or any death once its cgroup has
+    been at its memory cap.
+    """
+    process = getattr(getattr(km, "provisioner", None), "process", None)
+    status = process.poll() if process is not None else None
+    events = memory_events(getattr(km, "cgroup", None))
+    if status is None or (events is not None and events[0]):
+        return None
+    if status == -9:
+        return "the kernel's sandbox was killed (SIGKILL) from outside"
+    if status == 128 + 9 and events is not None and events[1] > 0:
+        return "the host's OOM killer killed the kernel below its memory cap"
+    return None
+
+
 def _shut(km):
     """Shut a kernel manager's kernel down now, whatever state it is in."""
     try:
@@ -219,16 +256,35 @@ class LimitedExecute(Execute):
         super().__init__(**kw)
         if self.kernel_manager_class is None or self.kernel_manager_class.__name__ == "AsyncKernelManager":
             self.kernel_manager_class = SandboxedKernelManager
+        self._clock, self._retry = ChargedClock(), False  # preprocess makes its own
 
     def preprocess(self, nb, resources=None, km=None):
+        """Execute and judge ``nb``; a notebook whose kernel was killed from outside
+        (:class:`KilledFromOutside`) is executed once more from the start, and a second such
+        death is the host's fault (:class:`GradingHostFault`): never the student's grade."""
+        pristine = copy.deepcopy(nb)
+        try:
+            return self._execute(nb, resources, km, retry=True)
+        except KilledFromOutside as first:
+            self.log.warning("a grading kernel was killed from outside (%s): the notebook is "
+                             "executed again", first)
+            nb, resources = self._execute(pristine, resources, km, retry=False)
+            nb.metadata.setdefault(EVENTS_KEY, {})["executed_again"] = str(first)
+            return nb, resources
+
+    def _execute(self, nb, resources, km, retry):
         NotebookClient.__init__(self, nb, km)  # reset the client state, as nbconvert does
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
         self.shutdown_kernel = "immediate"
+        self._retry = retry
         self._notebook = (resources or {}).get("nbgrader", {}).get("notebook", "")
-        self._deadline = monotonic() + self.notebook_timeout
+        self._clock = ChargedClock()  # every limit of this notebook is measured on it
+        self._deadline = self._clock() + self.notebook_timeout
         self._cell_timeout = self.timeout
-        self._channel = judge.Channel(None, self._deadline, self.measure_call)  # see _judge
+        self._cell_start, self._cell_msg_id = 0.0, None
+        self._channel = judge.Channel(None, self._deadline, self.measure_call,
+                                      clock=self._clock)  # see _judge
         self._namespace = judge.RemoteNamespace(self._channel)
         self._index = 0
         done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
@@ -238,7 +294,7 @@ class LimitedExecute(Execute):
                 self._index = index
                 if cell.cell_type != "code" or not cell.source.strip():
                     continue
-                remaining = self._deadline - monotonic()
+                remaining = self._deadline - self._clock()
                 if is_setup_cell(cell):  # trusted code: the judge runs it too
                     self._judge(cell)
                 if remaining < 1:
@@ -261,9 +317,11 @@ class LimitedExecute(Execute):
         """Execute one cell; return False when the kernel must be replaced."""
         self._cell_timeout = min(self.timeout, remaining)
         self._cell_bytes, self._flooded, self._timed_out = 0, False, False
+        self._cell_start = self._clock()
         try:
             self.execute_cell(cell, index, store_history=True)
         except DeadKernelError:
+            self._check_killed_from_outside(self.km)
             self._fail(cell, index, LimitKind.CRASH, "DeadKernelError",
                        "the kernel died (os._exit, a crash, or the memory cap)")
             return False
@@ -283,7 +341,7 @@ class LimitedExecute(Execute):
 
     def _run_test_cell(self, cell, index, remaining, done):
         """Visible lines in the kernel, then the verdict from the judge; False if the kernel is lost."""
-        start, source = monotonic(), cell.source
+        start, source = self._clock(), cell.source
         alive = True
         visible = visible_source(source)
         if visible.strip():
@@ -301,17 +359,20 @@ class LimitedExecute(Execute):
         if not alive:
             failure = judge.JudgeError("your notebook's kernel could not be restarted")
         else:
-            left = min(self.timeout - (monotonic() - start), self._deadline - monotonic())
-            self._channel.deadline = monotonic() + max(left, 0.0)
+            left = min(self.timeout - (self._clock() - start), self._deadline - self._clock())
+            self._channel.deadline = self._clock() + max(left, 0.0)
             self._channel.flags.clear()
             transport = self._transport
             failure = self._judge(cell)
+            if isinstance(failure, GradingHostFault):  # the judge hands every failure back
+                raise failure
             if isinstance(failure, judge.HostError):  # e.g. memory cannot be measured here
                 raise GradingHostFault(str(failure))
             self._flag(cell, self._channel.flags)
             # a check may turn the judge's error into its own verdict: what happened to the
             # kernel while it was judged (transport.lost) decides, so the next cells get a live one
             if transport.lost == Lost.DIED:
+                self._check_killed_from_outside(self.km)
                 self._event(cell, index, LimitKind.CRASH,
                             "the kernel died while the grader called your code; restarted")
                 alive = self._restart(done)
@@ -359,9 +420,10 @@ class LimitedExecute(Execute):
         check with a :class:`judge.HostError`.
         """
         km, kc = self._fresh_kernel()
-        transport = KernelTransport(kc, km, self.timeout)
+        transport = KernelTransport(kc, km, self.timeout, clock=self._clock)
         meter = MemoryMeter(km.cgroup)
-        channel = judge.Channel(transport, monotonic() + timeout)
+        channel = judge.Channel(transport, self._clock() + timeout, clock=self._clock)
+        self._clock.watch(km.cgroup)
         try:
             # the cells that ran in the student's kernel (a cell that crashed it is not replayed)
             ran = [self.nb.cells[i] for i in self._done]
@@ -372,26 +434,31 @@ class LimitedExecute(Execute):
             if modules:
                 transport.run_silently(WARM_IMPORTS.format(names=modules), self._replay_time(),
                                        check=False)
-            channel.deadline = monotonic() + timeout
+            channel.deadline = self._clock() + timeout
             channel.request(op=Op.STAGE, args=list(args), kwargs=kwargs)
             meter.start()
             for cell in student:  # their own time (the notebook's), not the test's
                 transport.run_silently(cell.source, self._replay_time(), check=False)
-            channel.deadline = monotonic() + timeout
+            channel.deadline = self._clock() + timeout
             channel.request(op=Op.CALL_STAGED, name=name)
             out = channel.request(op=Op.FETCH)["value"]
             peak = meter.peak()
         except MeterUnavailable as error:
             raise judge.HostError(f"memory cannot be measured on this grading host: {error}") from None
+        except judge.JudgeError:
+            if transport.lost == Lost.DIED:
+                self._check_killed_from_outside(km)
+            raise
         finally:
             meter.close()
             self._channel.flags.update(channel.flags)
+            self._clock.forget(km.cgroup)
             run_sync(km.shutdown_kernel)(now=True)
         return out, peak
 
     def _replay_time(self):
         """Seconds one replayed cell may take: the per-cell limit, within the notebook's."""
-        return max(0.0, min(self.timeout, self._deadline - monotonic()))
+        return max(0.0, min(self.timeout, self._deadline - self._clock()))
 
     def _launch(self):
         """A kernel manager whose kernel process has been launched (not yet waited for).
@@ -459,9 +526,35 @@ class LimitedExecute(Execute):
     def _get_timeout(self, cell):
         return self._cell_timeout if cell is not None else self.timeout
 
+    async def _async_poll_for_reply(self, msg_id, cell, timeout, *tasks):
+        self._cell_msg_id = msg_id
+        return await super()._async_poll_for_reply(msg_id, cell, timeout, *tasks)
+
     async def _async_handle_timeout(self, timeout, cell=None):
+        """The cell's wall seconds are up: its reply if it comes before the cell has been
+        charged its limit (:class:`~autograder.judge.clock.ChargedClock`: on a loaded host the
+        wall clock runs ahead of it); else the cell timed out."""
+        while (left := self._cell_start + self._cell_timeout - self._clock()) > 0:
+            try:
+                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=min(left, REPLY_SLICE)))
+            except Empty:
+                await self._async_check_alive()  # DeadKernelError: the caller's to judge
+                continue
+            if msg["parent_header"].get("msg_id") == self._cell_msg_id:
+                return msg
         self._timed_out = True
         return await super()._async_handle_timeout(timeout, cell)
+
+    def _check_killed_from_outside(self, km):
+        """Raise :class:`KilledFromOutside` if the dead kernel of ``km`` was killed from
+        outside (:func:`killed_from_outside`) and this notebook has not been executed again
+        yet; on that second execution, such a death is :class:`GradingHostFault`."""
+        reason = killed_from_outside(km)
+        if reason is None:
+            return
+        if self._retry:
+            raise KilledFromOutside(reason)
+        raise GradingHostFault(f"{reason}, twice: this host kills grading kernels")
 
     def output(self, outs, msg, display_id, cell_index):
         if msg["msg_type"] != "error":
@@ -509,7 +602,8 @@ class LimitedExecute(Execute):
             except Exception:
                 self._stop()
                 raise
-            self._transport = KernelTransport(self.kc, self.km, self.timeout)
+            self._transport = KernelTransport(self.kc, self.km, self.timeout, clock=self._clock)
+            self._clock.watch(self.km.cgroup)
             self.nb.metadata["language_info"] = info["content"]["language_info"]
             return True
 
@@ -529,6 +623,7 @@ class LimitedExecute(Execute):
     def _stop(self):
         """Kill the kernel and everything it started; forget the client."""
         if self.km is not None:
+            self._clock.forget(self.km.cgroup)
             try:
                 self._cleanup_kernel()
             except Exception as error:
@@ -543,7 +638,7 @@ class LimitedExecute(Execute):
         self._stop()
         self._start()
         for index in done:
-            remaining = self._deadline - monotonic()
+            remaining = self._deadline - self._clock()
             source = self.nb.cells[index].source
             if is_test_cell(self.nb.cells[index]):
                 source = visible_source(source)
@@ -569,13 +664,17 @@ class LimitedExecute(Execute):
             return False
 
     async def _async_reply(self, msg_id, timeout):
-        """The shell reply to ``msg_id``, or None after ``timeout`` seconds."""
-        deadline = monotonic() + timeout
-        while (remaining := deadline - monotonic()) > 0:
+        """The shell reply to ``msg_id``, or None after ``timeout`` seconds (of the charged
+        clock, looked at every :data:`REPLY_SLICE` s) or once the kernel has died."""
+        deadline = self._clock() + timeout
+        while (remaining := deadline - self._clock()) > 0:
             try:
-                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=remaining))
+                msg = await ensure_async(self.kc.shell_channel.get_msg(
+                    timeout=min(remaining, REPLY_SLICE)))
             except Empty:
-                return None
+                if not await ensure_async(self.km.is_alive()):
+                    return None
+                continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
         return None

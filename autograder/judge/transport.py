@@ -90,11 +90,15 @@ class KernelTransport:
     """Requests to the probe in one kernel (``kc``, its client; ``km``, its manager, whose
     ``connection_file`` lies in the kernel's private folder).
 
-    ``cell_timeout`` is only named in the message of a request that ran out of time.
+    ``cell_timeout`` is only named in the message of a request that ran out of time. Timeouts
+    are seconds of ``clock`` (:class:`autograder.judge.clock.ChargedClock`: a kernel that waits
+    for a CPU the host gave to other work is not charged the wait); waits on sockets and
+    channels are sliced, so each slice looks at the clock again.
     """
 
-    def __init__(self, kc, km, cell_timeout):
+    def __init__(self, kc, km, cell_timeout, clock=monotonic):
         self.kc, self.km, self.cell_timeout = kc, km, cell_timeout
+        self.clock = clock      # every timeout is measured on it (a ChargedClock when grading)
         self.path = os.path.join(os.path.dirname(km.connection_file), SOCKET_NAME)
         self.installed = False  # reset for each judged cell: the probe is installed afresh
         self.lost = None        # a Lost, once a request got no reply
@@ -116,7 +120,7 @@ class KernelTransport:
         not an encoded value."""
         if self.lost is not None:
             raise JudgeError(f"your notebook's kernel was lost earlier in this test ({self.lost})")
-        deadline, self._given = monotonic() + timeout, timeout
+        deadline, self._given = self.clock() + timeout, timeout
         if self._line is None:
             self._open(deadline)
         sent = probe.encode(payload).encode("ascii")
@@ -195,7 +199,7 @@ class KernelTransport:
         """The kernel's connection; JudgeError if it answers the code without connecting
         (it refused it), dies or runs out of time."""
         checked = monotonic()
-        while (remaining := deadline - monotonic()) > 0:
+        while (remaining := deadline - self.clock()) > 0:
             listener.settimeout(min(remaining, ACCEPT_SLICE))
             try:
                 line, _ = listener.accept()
@@ -216,7 +220,7 @@ class KernelTransport:
         buf, got = bytearray(size), 0
         view = memoryview(buf)
         while got < size:
-            remaining = deadline - monotonic()
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 self._timed_out()
             self._line.settimeout(min(remaining, POLL_SECONDS))
@@ -272,8 +276,8 @@ class KernelTransport:
 
     async def _async_wait_reply(self, msg_id, timeout):
         """The shell reply to ``msg_id``; JudgeError when the kernel dies or time runs out."""
-        deadline = monotonic() + timeout
-        while (remaining := deadline - monotonic()) > 0:
+        deadline = self.clock() + timeout
+        while (remaining := deadline - self.clock()) > 0:
             try:
                 msg = await ensure_async(self.kc.shell_channel.get_msg(
                     timeout=min(remaining, POLL_SECONDS)))

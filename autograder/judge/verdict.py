@@ -85,18 +85,20 @@ def student_exception(info):
 class Channel:
     """The judge's requests to the probe in one kernel, each bounded by the cell's deadline.
 
+    ``deadline`` is a time of ``clock`` (the executor's :class:`~autograder.judge.clock.ChargedClock`).
     ``transport`` carries them (:class:`autograder.judge.transport.KernelTransport`: it sends,
     waits and decodes); ``measure(name, args, kwargs, timeout)`` runs one call in a fresh
     kernel and returns ``(output, peak bytes)`` (for memory tests; None where there are none).
     The judge sees nothing else of the executor.
     """
 
-    def __init__(self, transport, deadline, measure=None):
+    def __init__(self, transport, deadline, measure=None, clock=time.monotonic):
         self.transport, self.deadline, self.measure = transport, deadline, measure
+        self.clock = clock  # what ``deadline`` is measured on (the executor's ChargedClock)
         self.flags = set()  # what the judged calls did, as the probe's replies show it
 
     def remaining(self):
-        left = self.deadline - time.monotonic()
+        left = self.deadline - self.clock()
         if left <= 0:
             raise JudgeError("the test ran out of time while calling your code")
         return left

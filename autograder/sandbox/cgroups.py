@@ -293,3 +293,73 @@ class MemoryMeter:
         if self._peak_file is not None:
             self._peak_file.close()
             self._peak_file = None
+
+
+def _proc_numbers(path):
+    """The numbers of a ``/proc`` stat line after the command name (which may hold spaces)."""
+    with open(path) as f:
+        return f.read().rpartition(")")[2].split()
+
+
+def kernel_cpu(name):
+    """``(cpu, waits)`` of cgroup ``name`` now, or None where it cannot be read.
+
+    ``cpu``: CPU seconds (user and system) of every process of the cgroup, its ended threads
+    and the children it has reaped included; ``waits``: for each thread (keyed by
+    ``(pid, tid)``), the seconds it has spent runnable but waiting for a CPU (the run-queue
+    delay of ``/proc/<pid>/task/<tid>/schedstat``), or None for every thread when this
+    Linux keeps no such figure. Read from outside the sandbox.
+    """
+    dirs = _group_dirs(name or "") if name else []
+    if not dirs or not os.path.isdir(dirs[0]):
+        return None
+    return process_cpu(_tasks(dirs[0]))
+
+
+def process_cpu(pids, children=True):
+    """:func:`kernel_cpu`'s ``(cpu, waits)`` of the processes ``pids`` (and their threads;
+    the children they have reaped only with ``children``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu, waits = 0.0, {}
+    for pid in pids:
+        try:
+            fields = _proc_numbers(f"/proc/{pid}/stat")
+            # after the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
+            cpu += sum(int(v) for v in fields[11:15 if children else 13]) / tick
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        waits[(pid, int(tid))] = int(f.read().split()[1]) / 1e9
+                except (OSError, ValueError, IndexError):
+                    waits[(pid, int(tid))] = None
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+    return cpu, waits
+
+
+def memory_events(name):
+    """``(capped, oom_kills)`` of cgroup ``name``: whether it has ever been at its memory cap,
+    and how many of its processes an OOM killer killed (the host's included); None where
+    they cannot be read (the cgroup is gone, or has no memory controller)."""
+    for path in _group_dirs(name or "") if name else []:
+        capped, kills, found = False, 0, False
+        for group in (path, os.path.join(path, WINDOW)):
+            try:
+                if os.path.exists(os.path.join(group, "memory.events")):  # v2
+                    with open(os.path.join(group, "memory.events")) as f:
+                        counts = {k: int(v) for k, v in (line.split() for line in f if line.strip())}
+                    capped |= counts.get("max", 0) > 0 or counts.get("oom", 0) > 0
+                    kills += counts.get("oom_kill", 0)
+                    found = True
+                elif os.path.exists(os.path.join(group, "memory.failcnt")):  # v1
+                    with open(os.path.join(group, "memory.failcnt")) as f:
+                        capped |= int(f.read()) > 0
+                    with open(os.path.join(group, "memory.oom_control")) as f:
+                        counts = {k: int(v) for k, v in (line.split() for line in f if line.strip())}
+                    kills += counts.get("oom_kill", 0)
+                    found = True
+            except (OSError, ValueError):
+                return None
+        if found:
+            return capped, kills
+    return None

@@ -8,6 +8,8 @@ processes for this module (:mod:`tests.servers`); they die with the test process
   PostgreSQL, gets identical grades, flags, feedback and CSV; no worker is lost to it.
 * A worker killed with SIGKILL mid-class: its submission is graded again elsewhere, once;
   a submission whose grading kills two workers is an error with its reason; no duplicate rows.
+  The kill tests act on the workers' task transitions as the scheduler forwards them
+  (:class:`TaskEvents`, a worker plugin's events) and stop when the run they watch has ended.
 * Unchanged submissions are not sent again; a changed one is.
 * An unreachable scheduler, or an unreachable database: one line, exit 1, nothing written.
 * The course lock holds across hosts (a PostgreSQL advisory lock); runs of different
@@ -18,6 +20,7 @@ import copy
 import csv
 import io
 import os
+import queue
 import re
 import shutil
 import signal
@@ -32,6 +35,7 @@ import pytest
 
 from autograder.host.driver import expected_seconds, grade
 from autograder.core.gradebook import advisory_lock, engine_url, libpq_url
+from autograder.core.limits import LOAD_ALLOWANCE
 from tests.servers import DASK_HINT, POSTGRES_HINT, dask_cluster, free_port, postgres_bin
 from autograder.host.release import generate
 from autograder.sandbox.launcher import unavailable_reason
@@ -199,68 +203,153 @@ def test_rerun_sends_only_changed_submissions_longest_first(both, cluster):
 
 
 # -- workers that die --------------------------------------------------------------------------
-def kill_worker_running(client, key_part, times, deadline=240):
-    """SIGKILL the worker process that runs the task whose key contains ``key_part``, ``times``
-    times (each time the scheduler has moved it to a live worker). Returns how many it killed.
+TASK_TOPIC = "autograder-test-task-states"
 
-    Asserts at every look that no worker holds more than the one submission it grades (the
-    grader's tasks wait on the scheduler, ``cluster.grading_task``): Dask counts a worker's
-    death against every task the worker holds, so a task queued behind the killed one would
-    be blamed too."""
-    killed, seen = 0, set()
-    end = time.monotonic() + deadline
 
-    def holding():
-        held = {address: [str(k) for k in keys] for address, keys in client.processing().items()}
-        assert all(len(keys) <= 1 for keys in held.values()), held
-        return held
+def task_state_plugin():
+    """A worker plugin that logs every task transition of its worker to the scheduler's
+    :data:`TASK_TOPIC` (key, worker address and pid, start and finish states). Made here, so
+    Dask ships the class by value (workers lack ``tests/``); a replacement worker gets it too."""
+    from distributed.diagnostics.plugin import WorkerPlugin
 
-    while killed < times and time.monotonic() < end:
-        pids = worker_pids(client)
-        for address, keys in holding().items():
-            if address in pids and address not in seen and keys and key_part in keys[0]:
-                time.sleep(1.0)  # mid-submission: its kernel is running
-                if keys != holding().get(address):  # done or moved meanwhile: look again
-                    break
-                try:
-                    os.kill(pids[address], signal.SIGKILL)
-                except ProcessLookupError:  # died meanwhile, by another kill: not this one's
-                    break
-                seen.add(address)
-                killed += 1
-                break
-        time.sleep(0.2)
-    return killed
+    class TaskStates(WorkerPlugin):
+        name = "autograder-test-task-states"
+        idempotent = True
+
+        def setup(self, worker):
+            self.worker = worker
+
+        def transition(self, key, start, finish, **kwargs):
+            self.worker.log_event(TASK_TOPIC, dict(key=str(key), worker=self.worker.address,
+                                                   pid=os.getpid(), start=start, finish=finish))
+
+    return TaskStates()
+
+
+class TaskEvents:
+    """What the workers' task transitions say, as the scheduler forwards them: no polling.
+
+    :meth:`watch` gives a queue of every event from now on (``None`` once :meth:`close`).
+    Every event is also checked: no worker may hold more than the one submission it grades
+    (the grader's tasks wait on the scheduler, ``cluster.grading_task``): Dask counts a
+    worker's death against every task the worker holds, so a task queued behind the killed
+    one would be blamed too. :attr:`crowded` lists the violations.
+    """
+
+    HELD = {"waiting", "ready", "constrained", "executing", "long-running", "fetch", "flight"}
+
+    def __init__(self, client):
+        self.client, self.queues, self.crowded, self.held = client, [], [], {}
+        self.lock = threading.Lock()
+        client.register_plugin(task_state_plugin())
+        client.subscribe_topic(TASK_TOPIC, self._event)
+
+    def _event(self, event):
+        _, msg = event
+        with self.lock:
+            held = self.held.setdefault((msg["worker"], msg["pid"]), set())
+            (held.add if msg["finish"] in self.HELD else held.discard)(msg["key"])
+            if len(held) > 1:
+                self.crowded.append((msg["worker"], sorted(held)))
+            for q in self.queues:
+                q.put(msg)
+
+    def watch(self):
+        q = queue.Queue()
+        with self.lock:
+            self.queues.append(q)
+        return q
+
+    def close(self):
+        with self.lock:
+            for q in self.queues:
+                q.put(None)
+            self.queues = []
+
+
+@pytest.fixture(scope="module")
+def task_events(cluster):
+    _, client = cluster
+    events = TaskEvents(client)
+    yield events
+    client.unsubscribe_topic(TASK_TOPIC)
+
+
+def signal_worker_running(events, key_part, times, sig=signal.SIGKILL):
+    """Send ``sig`` to the worker process that starts executing a task whose key contains
+    ``key_part``, ``times`` times (each time on the worker the scheduler moved it to), as
+    the task starts; returns how many it signalled. Stops when the watch ends (the run
+    exited: :meth:`TaskEvents.close`)."""
+    signalled, seen, watch = 0, set(), events.watch()
+    while signalled < times and (msg := watch.get()) is not None:
+        if msg["finish"] == "executing" and key_part in msg["key"] and msg["pid"] not in seen:
+            try:
+                os.kill(msg["pid"], sig)
+            except ProcessLookupError:  # died meanwhile, by another kill: not this one's
+                continue
+            seen.add(msg["pid"])
+            signalled += 1
+    return signalled
+
+
+def run_watched(argv, events):
+    """Start ``argv``; returns ``(process, ended)``: ``ended()`` is its output once it has
+    exited, and its exit closes the watches of ``events`` (the watchers stop with the run)."""
+    run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    out = []
+
+    def wait():
+        try:
+            out.append(run.communicate()[0])
+        finally:
+            events.close()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+
+    def ended(timeout):
+        waiter.join(timeout)
+        assert not waiter.is_alive(), "the grading run did not end"
+        return out[0]
+
+    return run, ended
 
 
 def test_killed_workers_reschedule_once_and_two_kills_make_an_error(tmp_path, postgres, cluster,
-                                                                    hostile_class):
+                                                                    hostile_class, task_events):
     address, client = cluster
     klass = hostile_class()
     klass.submissions = {s: klass.submissions[s] for s in ("correct", "partial", "timeout", "hang")}
     root = make_course(tmp_path / "course", klass)
     url = postgres("killed_workers")
-    run = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "toy", "--root", str(root),
-                            "--db", url, "--scheduler", address, "--no-progress", "--jobs", "2",
-                            "--timeout-cell", "10", "--timeout-notebook", "90"],
-                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    task_events.crowded.clear()
     once = [None]
 
     def kill_twice():
         try:
-            once[0] = kill_worker_running(client, "-timeout", 2)
+            once[0] = signal_worker_running(task_events, "-timeout", 2)
         except Exception as error:  # noqa: BLE001 - reported by the assertion below
             once[0] = error
 
     twice = threading.Thread(target=kill_twice)
     twice.start()
-    assert kill_worker_running(client, "-hang", 1) == 1
+    hang = [None]
+    hang_thread = threading.Thread(target=lambda: hang.__setitem__(
+        0, signal_worker_running(task_events, "-hang", 1)))
+    hang_thread.start()
+    run, ended = run_watched([sys.executable, "-m", "autograder", "grade", "toy", "--root",
+                              str(root), "--db", url, "--scheduler", address, "--no-progress",
+                              "--jobs", "2", "--timeout-cell", "10", "--timeout-notebook", "90"],
+                             task_events)
+    out = ended(600)
     twice.join()
-    out, _ = run.communicate(timeout=600)
+    hang_thread.join()
+    assert hang[0] == 1 and once[0] == 2, (hang, once, out)
+    assert task_events.crowded == []
     # the submission that killed two workers is not graded: one line, exit status 1
     assert run.returncode == 1 and "Traceback" not in out, out
     assert "1 submission(s) not graded" in out.strip().splitlines()[-1], out
-    assert once[0] == 2
     with open(root / "grades.csv", newline="") as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
     assert sorted(rows) == ["correct", "hang", "partial", "timeout"]
@@ -278,45 +367,45 @@ def test_killed_workers_reschedule_once_and_two_kills_make_an_error(tmp_path, po
 
 
 def test_a_stopped_worker_is_given_up_within_the_watchdog_and_said_so(tmp_path, postgres, cluster,
-                                                                     hostile_class):
-    """A Dask worker SIGSTOPped while it grades: its student is given up once the watchdog's
-    time has passed (the notebook's limit plus its margins; Dask itself would wait minutes for
-    the lost heartbeat), the worker is restarted, the rest of the class is graded, and the
-    run ends with one line naming the student and exit status 1."""
+                                                                     hostile_class, task_events):
+    """A Dask worker SIGSTOPped as it starts grading: its student is given up once the
+    watchdog's time has passed (the notebook's limit plus its margins; Dask itself would wait
+    minutes for the lost heartbeat), the worker is restarted, the rest of the class is graded,
+    and the run ends with one line naming the student and exit status 1."""
     address, client = cluster
     klass = hostile_class()
     klass.submissions = {s: klass.submissions[s] for s in ("correct", "hang")}
     root = make_course(tmp_path / "course", klass)
-    notebook = 20
-    watchdog = (notebook + 60) + 60  # one notebook: autograder.host.driver.prepare
-    start = time.monotonic()
-    run = subprocess.Popen([sys.executable, "-m", "autograder", "grade", "toy", "--root", str(root),
-                            "--db", postgres("stopped_worker"), "--scheduler", address,
-                            "--no-progress", "--timeout-cell", "10",
-                            "--timeout-notebook", str(notebook)],
-                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    stopped = None
+    notebook = 10
+    watchdog = (notebook * LOAD_ALLOWANCE + 60) + 60  # one notebook: autograder.host.driver.prepare
+    stopped = []
+
+    def stop():
+        watch = task_events.watch()
+        while (msg := watch.get()) is not None:
+            if msg["finish"] == "executing" and msg["key"].endswith("-hang"):
+                os.kill(msg["pid"], signal.SIGSTOP)
+                stopped.append((msg["pid"], time.monotonic()))
+                return
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    run, ended = run_watched([sys.executable, "-m", "autograder", "grade", "toy", "--root",
+                              str(root), "--db", postgres("stopped_worker"), "--scheduler",
+                              address, "--no-progress", "--timeout-cell", "10",
+                              "--timeout-notebook", str(notebook)], task_events)
     try:
-        end = time.monotonic() + 120
-        while stopped is None and time.monotonic() < end:
-            pids = worker_pids(client)
-            for address_, keys in client.processing().items():
-                if address_ in pids and any(str(k).endswith("-hang") for k in keys):
-                    time.sleep(1.0)  # mid-submission
-                    stopped = pids[address_]
-                    os.kill(stopped, signal.SIGSTOP)
-                    break
-            time.sleep(0.2)
-        assert stopped is not None, "the hang submission never ran"
-        out, _ = run.communicate(timeout=watchdog + 240)
+        out = ended(watchdog + 240)
     finally:
         run.kill()
-        if stopped is not None:
+        stopper.join()
+        for pid, _ in stopped:
             try:
-                os.kill(stopped, signal.SIGCONT)  # if it was not restarted, let it go on
+                os.kill(pid, signal.SIGCONT)  # if it was not restarted, let it go on
             except ProcessLookupError:
                 pass
-    seconds = time.monotonic() - start
+    assert stopped, f"the hang submission never ran: {out}"
+    seconds = time.monotonic() - stopped[0][1]
     assert run.returncode == 1 and "Traceback" not in out, out
     last = out.strip().splitlines()[-1]
     assert "1 submission(s) not graded" in last and "hang" in last and "gave up after" in last, last

@@ -1,0 +1,171 @@
+"""Load never changes a grade: the same class graded on an idle host and beside CPU hogs.
+
+The toy assignment's class of three honest students (one of them slow: two CPU seconds
+in a cell whose limit is six) and three hostile ones (an endless loop, a sleep past the
+limit, a memory bomb) is graded once on an idle host, then beside ``3 x cores`` CPU hogs
+(processes this module starts and kills), locally and on a real Dask cluster
+(``test_cluster``'s fixtures: a scheduler and two workers on 127.0.0.1). Every grade, status
+and limit hit is the same in the three runs, and the scores are the hand-computed ones.
+
+The loaded runs are slow enough to matter: the slow student's cell alone takes longer on the
+wall clock than its limit (a wall-clock verdict would have failed it), and the endless loop
+and the sleeper still time out (a clock that stopped while the host was busy would let them
+run for ever). Limits are charged on :class:`autograder.judge.clock.ChargedClock`.
+"""
+
+import copy
+import ctypes
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+
+import nbformat
+import pytest
+
+from autograder.core.limits import Limits
+from autograder.host.driver import grade
+from autograder.sandbox.launcher import unavailable_reason
+from tests.grader.host.test_cluster import cluster, make_course, toy_release  # noqa: F401 - fixtures
+from tests.grader.test_grading_e2e import FIXTURE, LOOP, MEMORY, Class, points
+
+SANDBOX_MISSING = unavailable_reason()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(SANDBOX_MISSING is not None, reason=str(SANDBOX_MISSING))]
+distributed = pytest.importorskip("distributed", reason="Dask not installed: run `make venv`")
+
+# a class's limits, shorter than the other grading tests' (they cost this module's time)
+LIMITS = dict(jobs=2, limits=Limits(cell_timeout=6, notebook_timeout=60, memory_mb=2048,
+                                     output_limit=100_000))
+SLOW_CPU = 2.0  # CPU seconds of the slow honest cell: within its limit on any host
+SLOW = f"import time\n_t = time.process_time()\nwhile time.process_time() - _t < {SLOW_CPU}:\n    pass\n"
+BUSY = 0.9 * SLOW_CPU  # CPU seconds past which a kernel is in the slow cell (a start-up takes < 1)
+SLEEP = "import time\ntime.sleep(1000)\n"
+HOGS = 3 * (os.cpu_count() or 1)
+
+
+def load_class(release):
+    source = nbformat.read(FIXTURE / "solutions" / "toy" / "toy.ipynb", as_version=4)
+    c = Class(source, copy.deepcopy(release))
+    lost_last = c.total - points(c.parts[-1])
+    half = (len(c.parts) + 1) // 2
+    c.add("correct", c.notebook(), c.total)
+    c.add("partial", c.notebook(solved=[p[0] for p in c.parts[:half]]),
+          sum(points(p) for p in c.parts[:half]))
+    c.add("slow", c.notebook(change=c.prepend(-1, SLOW)), c.total, limits=[])
+    c.add("timeout", c.notebook(change=c.prepend(-1, LOOP)), lost_last, limits=["timeout"])
+    c.add("sleeper", c.notebook(change=c.prepend(-1, SLEEP)), lost_last, limits=["timeout"])
+    c.add("membomb", c.notebook(change=c.prepend(-1, MEMORY)), lost_last)
+    return c
+
+
+def _die_with_parent():
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@contextmanager
+def cpu_hogs(count=HOGS):
+    """``count`` processes that spin on a CPU for as long as the ``with`` lasts."""
+    hogs = []
+    try:
+        for _ in range(count):
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                         preexec_fn=_die_with_parent))
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cluster, toy_release):  # noqa: F811 - test_cluster's fixtures
+    klass = load_class(toy_release)
+    base = tmp_path_factory.mktemp("load")
+    address, _ = cluster
+
+    def run(name, **where):
+        root = make_course(base / name, klass)
+        return {r.student: r for r in grade("toy", root, progress=False, out=io.StringIO(),
+                                            **where, **LIMITS)}
+
+    graded = dict(idle=run("idle"))
+    with cpu_hogs():
+        graded["loaded"] = run("loaded")
+        graded["loaded-dask"] = run("loaded-dask", scheduler=address)
+        load = os.getloadavg()[0]
+    return klass, graded, load
+
+
+def test_a_loaded_host_gives_the_idle_grades_locally_and_on_dask(runs):
+    klass, graded, load = runs
+    for student, expect in klass.expected.items():
+        idle = graded["idle"][student]
+        assert (idle.status, idle.score) == ("ok", pytest.approx(expect["score"])), student
+        if "limits" in expect:
+            assert idle.limits == expect["limits"], (student, idle.events)
+        for name in ("loaded", "loaded-dask"):
+            other = graded[name][student]
+            assert (other.status, other.score, other.max_score, other.limits) == \
+                (idle.status, idle.score, idle.max_score, idle.limits), (name, student, other.events)
+    assert load >= 2 * (os.cpu_count() or 1), load  # the hogs did load the host
+
+
+def test_the_loaded_runs_were_slow_enough_to_matter(runs):
+    """The slow student's grading took longer than its cell's limit on the wall clock while
+    loaded: a wall-clock verdict would have failed it."""
+    _, graded, _ = runs
+    assert graded["loaded"]["slow"].seconds > LIMITS["limits"].cell_timeout
+
+
+def started_here(threads):
+    """Whether any of ``threads`` (``(pid, tid)`` keys) descends from this process: a kernel
+    of this test's grading run, never another run's on the same host."""
+    for pid, _ in threads:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                break
+    return False
+
+
+def test_a_kernel_killed_from_outside_mid_cell_costs_nothing(tmp_path, toy_release):  # noqa: F811
+    """Another process kills the cgroup of the kernel that runs the slow student's cell (as a
+    neighbour's cleanup once did): the notebook is executed again and gets its full grade."""
+    from autograder.sandbox.cgroups import kernel_cgroups, kernel_cpu, kill_cgroup
+
+    klass = load_class(toy_release)
+    klass.submissions = {"slow": klass.submissions["slow"]}
+    root = make_course(tmp_path / "course", klass)
+    killed, done = [], threading.Event()
+
+    def kill_the_busy_kernel():  # ours, past a kernel's start-up: the slow cell's
+        while not done.is_set() and not killed:
+            for name in kernel_cgroups():
+                usage = kernel_cpu(name)
+                if usage is not None and usage[0] > BUSY and started_here(usage[1]):
+                    kill_cgroup(name)
+                    killed.append(name)
+                    break
+            done.wait(0.1)
+
+    killer = threading.Thread(target=kill_the_busy_kernel)
+    killer.start()
+    try:
+        [result] = grade("toy", root, progress=False, out=io.StringIO(), **LIMITS)
+    finally:
+        done.set()
+        killer.join()
+    assert killed, "no kernel of the run computed that long"
+    assert (result.status, result.score, result.limits) == ("ok", klass.total, []), result
+    graded = json.loads(result.files["autograded/slow/toy/toy.ipynb"])
+    assert "killed (SIGKILL) from outside" in graded["metadata"]["autograder"]["executed_again"]
