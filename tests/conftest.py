@@ -98,6 +98,7 @@ LONGEST_FIRST = (
     "tests/grader/test_host_faults.py",
     "tests/grader/host/test_term.py",
     "tests/grader/service/test_serve.py",
+    "tests/grader/host/test_load.py",
     "tests/grader/assignments/test_assignment_07.py",
     "tests/grader/service/test_hub_e2e.py",
     "tests/grader/service/test_web.py",
