@@ -284,5 +284,6 @@ def check_llama3_inv_freq(llama3_inv_freq):
 
 LLAMA3_HINT = ("Pairs with wavelength 2*pi/theta_i below original_max_len / high_freq_factor keep "
                "theta_i, those above original_max_len / low_freq_factor get theta_i / scale, and in "
-               "between (1 - g) * theta_i / scale + g * theta_i with "
-               "g = (original_max_len / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor).")
+               "between (1 - g) * theta_i / scale + g * theta_i, where g rises linearly in "
+               "original_max_len / wavelength, from 0 where that ratio is low_freq_factor to 1 where it "
+               "is high_freq_factor.")

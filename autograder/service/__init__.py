@@ -57,6 +57,7 @@ def serve(root, db_url, state, jobs=None, scheduler=None, exchange=None, course_
     from ..core.gradebook import check_url, fault_line, gradebook_faults, GradebookError
     from ..core.policy import load_service_rules
     from ..host.driver import connect_cluster
+    from ..core.limits import Retries
     from .engine import Service
     from .exchange import Exchange
 
@@ -68,6 +69,7 @@ def serve(root, db_url, state, jobs=None, scheduler=None, exchange=None, course_
     try:
         check_url(db_url)
         load_service_rules(root)
+        Retries.from_environment()  # a malformed AUTOGRADER_RETRIES is one line, as for grade
     except (GradebookError, ValueError) as error:
         raise SystemExit(str(error)) from None
     address = web_address(ip, port)

@@ -131,12 +131,13 @@ class Service:
 
     def __init__(self, root, db_url, state, jobs=None, client=None, exchange=None,
                  limits=None, sandboxed=True, log=sys.stderr):
-        from ..core.limits import Limits
+        from ..core.limits import Limits, Retries
         from ..host.release import source_assignments
 
         self.root, self.db_url, self.state = Path(root).resolve(), db_url, Path(state)
         self.client, self.sandboxed, self.log = client, sandboxed, log
         self.limits = limits or Limits()
+        self.kernel_retries = Retries.from_environment()  # AUTOGRADER_RETRIES, as grade reads it
         self.jobs = driver.grading_slots(client, jobs, sandboxed)
         self.exchange = exchange
         self.assignments = source_assignments(self.root)
@@ -252,8 +253,9 @@ class Service:
 
         workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
         sockets = make_socket_root(driver.run_id(workdir))
-        job = driver.Job(assignment, self.root, self.db_url, [], self.course,
-                         self.roster(), self.limits, self.jobs, self.sandboxed)
+        job = driver.Job(assignment, self.root, self.db_url, [], self.course, self.roster(),
+                         self.limits, self.kernel_retries, jobs=self.jobs,
+                         sandboxed=self.sandboxed)
         try:
             settings, watchdog = driver.worker_settings(job, workdir, sockets)
             transport = (LocalWorkers(settings, self.jobs) if self.client is None
