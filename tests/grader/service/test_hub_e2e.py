@@ -24,7 +24,6 @@ One Chromium for the module.
 
 import json
 import re
-import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +37,7 @@ from autograder.sandbox.launcher import unavailable_reason as sandbox_unavailabl
 from tests.grader.service.hub import (INSTRUCTOR, INSTRUCTOR_PASSWORD, STUDENT_PASSWORD, Service,
                                       course_hub, unavailable_reason)
 from tests.grader.service.serving import AID, COURSE_ID, environ, make_course, wait_for
+from tests.grader.test_exchange import run
 from tests.grader.test_grading_e2e import Class
 
 REPO = Path(__file__).resolve().parents[3]
@@ -56,12 +56,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser,
               pytest.mark.skipif(not CHROMIUM.is_file(), reason="Chromium not found at /usr/bin/chromium: "
                                  "run `apt-get install chromium`")]
 sync_api = pytest.importorskip("playwright.sync_api")
-
-
-def run(args, cwd, env):
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
-    return done
 
 
 @pytest.fixture(scope="module")
