@@ -66,7 +66,7 @@ from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
 from ..worker.feedback import install_mathjax
 from ..worker.pipeline import Settings, submission_digest
-from ..worker.similarity import fingerprints, pairs_with
+from ..core.similarity import fingerprints, pairs_with
 from . import summary
 from .pool import LocalWorkers
 from .schedule import HostFault, TransportError, run_schedule
@@ -141,7 +141,7 @@ def flag_similar(db_url, assignment, results):
     Each graded result's fingerprints replace what was kept of that student and are
     compared with every kept submission of the class, graded in this run or an earlier one
     (:func:`autograder.core.gradebook.keep_similarity` with
-    :func:`autograder.worker.similarity.pairs_with`); a missing or unreadable submission
+    :func:`autograder.core.similarity.pairs_with`); a missing or unreadable submission
     keeps none, one whose grading failed keeps its earlier ones and its pairs. A pair's
     flag is on both students' rows and goes when the two are no longer similar. Returns
     that dict and the class's pairs ``[(student, other, function, share)]`` (the summary
