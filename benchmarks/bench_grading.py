@@ -320,7 +320,7 @@ class Profile:
         self.wrap(pipeline, "stage_submission", PHASES[9])
         for name in ("forget_submission", "apply_late_policy", "read_scores"):
             self.wrap(pipeline, name, PHASES[10])
-        self.wrap(pipeline, "generate_feedback", PHASES[11])
+        self.wrap(pipeline, "render_feedback", PHASES[11])
         self.wrap(pipeline, "collect_files", PHASES[11])
         self.wrap(driver, "keep", PHASES[12])
         count = KernelTransport._count  # called once per round trip, with what crossed

@@ -53,6 +53,7 @@ from time import monotonic
 import nbformat
 
 from ..core.cells import grade_id, is_test_cell
+from ..core.feedback_page import install_mathjax, render_feedback, rewrite_feedback_html
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
                               lock_holder, open_gradebook, record, sqlite_url, standings, writing)
@@ -64,7 +65,6 @@ from ..judge.kernel_manager import make_socket_root
 from ..core.untrusted import printable
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
-from ..worker.feedback import install_mathjax
 from ..worker.pipeline import Settings, submission_digest
 from ..core.similarity import fingerprints, pairs_with
 from . import summary
@@ -577,23 +577,20 @@ def finish(job, run, results, stopped, seconds):
 def write_feedback_pages(root, db_url, assignment, students=None, course=None):
     """Render the feedback pages of ``students`` (default: everyone with an autograded
     notebook) from the class gradebook: its scores, manual ones included, and its late
-    penalties, as ``feedback`` does after manual grading; pages are polished
-    (:func:`autograder.worker.feedback.polish`), a late one saying how late and under which
+    penalties, as ``feedback`` does after manual grading, by the workers' own render path
+    (:func:`autograder.core.feedback_page.render_feedback`, then
+    :func:`autograder.core.feedback_page.rewrite_feedback_html`), a late one saying how late and under which
     policy (``course``'s, default ``course.toml``'s: :func:`load_settings`). Returns the students of the gradebook
     (of ``students``) who have no autograded notebook to render (``nbgrader autograde
     --force`` empties the folder before it looks for a notebook), whose page is left as
     it was."""
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
-
     from ..core.nbgrader_config import course_config
-    from ..worker.feedback import polish
 
     root = Path(root).resolve()
     for student in [glob.escape(s) for s in students] if students else ["*"]:  # ids, not patterns
         c = course_config(root, db_url, assignment, student)
         c.BaseConverter.force = True
-        GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
+        render_feedback(c)
     with open_gradebook(db_url) as gb:
         manual = {(sub.student_id, g.name) for sub in gb.assignment_submissions(assignment)
                   for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade}
@@ -608,7 +605,7 @@ def write_feedback_pages(root, db_url, assignment, students=None, course=None):
         if graded.exists():
             nb = nbformat.read(graded, as_version=4)
             needs = {name for who, name in manual if who == student}
-            page.write_text(polish(page.read_text(), nb, needs, late.get(student)))
+            page.write_text(rewrite_feedback_html(page.read_text(), nb, needs, late.get(student)))
     install_mathjax(root / FEEDBACK)
     return sorted(s for s in graded_students(db_url, assignment)
                   if (not students or s in students) and not has_page_source(root, s, assignment))

@@ -52,7 +52,7 @@ from ..host import driver
 from ..host.schedule import Breaker, HostFault, TransportError, overdue
 from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
-from ..worker.feedback import CSP_META
+from ..core.feedback_page import CSP_META
 from . import attempts as files
 from .journal import DONE, REFUSED, Journal
 

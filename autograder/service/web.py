@@ -25,7 +25,7 @@ instructor route for a student. Uploads are bounded: one notebook of at most
 :data:`autograder.worker.intake.NOTEBOOK_BYTES` (the request body is capped before it is
 read), :data:`UPLOADS_PER_MINUTE` upload requests per student, then the course's attempt
 rules. Forms carry tornado's XSRF token (the Hub's, under its OAuth); pages carry a CSP
-(feedback pages the course's own, :data:`autograder.worker.feedback.CONTENT_SECURITY_POLICY`).
+(feedback pages the course's own, :data:`autograder.core.feedback_page.CONTENT_SECURITY_POLICY`).
 Nothing a student sends names a file: the assignment must be one of the course's, the
 token is looked up, not opened.
 """
@@ -43,7 +43,7 @@ from tornado import web
 
 from ..core.nbgrader_config import FEEDBACK
 from ..core.policy import load_service_rules, load_settings, refusal
-from ..worker.feedback import CONTENT_SECURITY_POLICY, MATHJAX_DIR
+from ..core.feedback_page import CONTENT_SECURITY_POLICY, MATHJAX_DIR
 from ..worker.intake import NOTEBOOK_BYTES
 from . import attempts as files
 from .journal import DONE, QUEUED, Journal

@@ -24,6 +24,7 @@ from time import monotonic
 
 import nbformat
 
+from ..core.feedback_page import CSP_META, render_feedback, rewrite_feedback_html
 from ..core.gradebook import forget_submission, keep_engines_in_nbgrader, make_scratch, read_scores
 from ..core.limits import Limits, Retries
 from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
@@ -32,7 +33,6 @@ from ..core.policy import CourseSettings, apply_late_policy, late_note
 from ..core.results import LimitEvent, Status, StudentResult
 from ..core.untrusted import printable
 from .audit import audit, restore_deleted
-from .feedback import CSP_META, FeedbackExporter, polish
 from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
 from .repair import describe, repair
 
@@ -297,36 +297,10 @@ def digest_of(submission):
     return digest.hexdigest()
 
 
-class _Shared:
-    feedback_exporter = None
-
-
-def generate_feedback(config):
-    """nbgrader's GenerateFeedback through a :class:`FeedbackExporter`, one per process.
-
-    A new exporter compiles its Jinja templates again (about a second of CPU);
-    the exporter holds no per-student state, so the worker keeps the first one.
-    """
-    from nbconvert.writers import FilesWriter
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
-
-    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
-    converter.init_notebooks()
-    converter.writer = FilesWriter(parent=converter, config=converter.config)
-    if _Shared.feedback_exporter is None:
-        exporter = FeedbackExporter(parent=converter, config=converter.config)
-        for preprocessor in converter.preprocessors:
-            exporter.register_preprocessor(preprocessor)
-        _Shared.feedback_exporter = exporter
-    converter.exporter = _Shared.feedback_exporter
-    converter.convert_notebooks()  # paths are absolute: no chdir needed
-
-
 def collect_files(scratch_root, student, assignment, needs_manual, late=None):
     """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``.
 
-    Feedback pages are polished (:func:`autograder.worker.feedback.polish`, with ``late``, the
+    Feedback pages are rewritten (:func:`autograder.core.feedback_page.rewrite_feedback_html`, with ``late``, the
     words on the late penalty, if any) on the way.
     The staged ``timestamp.txt`` and ``submission_secret.txt`` come along, which nbgrader
     copies into both folders too: ``nbgrader release_feedback`` reads them beside each page.
@@ -341,7 +315,7 @@ def collect_files(scratch_root, student, assignment, needs_manual, late=None):
             if kind == FEEDBACK and path.suffix == ".html":
                 graded = Path(scratch_root) / AUTOGRADED / INTERNAL_ID / assignment / f"{path.stem}.ipynb"
                 nb = nbformat.read(graded, as_version=4)
-                data = polish(data.decode(), nb, needs_manual, late).encode()
+                data = rewrite_feedback_html(data.decode(), nb, needs_manual, late).encode()
             files[f"{kind}/{student}/{assignment}/{path.relative_to(folder)}"] = data
     return files
 
@@ -397,7 +371,7 @@ def grade_student(settings, student, workdir, db_url, submission=None, more=True
             unrendered = None
             with nbgrader_errors() as logged:
                 try:
-                    generate_feedback(c)
+                    render_feedback(c)
                 except OSError:
                     raise
                 except Exception as error:  # a page that cannot be rendered never costs the scores
