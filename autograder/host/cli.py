@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..core.gradebook import engine_url, sqlite_path
 from ..core.limits import Limits
+from ..core.course_files import GRADEBOOK_EXPORT_CSV, GRADES_CSV, ROSTER_CSV
 from ..core.nbgrader_config import default_db_url
 from ..core.untrusted import PrintableFormatter, printable
 
@@ -123,7 +124,7 @@ def settle_scores(args, db_url, assignments):
             if standings(db_url, assignment) is None:
                 continue
             apply_late_policy(db_url, assignment, settings)
-            write_csv(Path(args.root).resolve() / "grades.csv", assignment,
+            write_csv(Path(args.root).resolve() / GRADES_CSV, assignment,
                       standings=standings(db_url, assignment))
             graded.append(assignment)
     except (ValueError, GradebookError) as error:
@@ -149,7 +150,7 @@ def course_lock(args, db_url, assignments):
 
 def cmd_feedback(args):
     from .driver import write_feedback_pages
-    from ..core.nbgrader_config import FEEDBACK
+    from ..core.course_files import FEEDBACK
 
     known_assignment(args.root, args.assignment)
     db_url = existing_gradebook(args)
@@ -419,7 +420,7 @@ def add_export(sub, common):
                                    "Late penalties and grades.csv are brought up to date first "
                                    "(manual grades, extensions, course.toml).")
     p.add_argument("assignment", nargs="?", help="only this assignment (default: all)")
-    p.add_argument("--to", default="gradebook_export.csv", help="output file, relative to the "
+    p.add_argument("--to", default=GRADEBOOK_EXPORT_CSV, help="output file, relative to the "
                    "course root or absolute (default gradebook_export.csv)")
     p.add_argument("--lms", choices=("canvas", "moodle"), default=None,
                    help="write the layout this LMS imports instead of the full CSV")
@@ -434,7 +435,7 @@ def add_roster(sub, common):
                                    "put every student in the gradebook; with --check, list roster "
                                    "students with no submission of an assignment and submissions "
                                    "not on the roster. grade reads roster.csv by itself.")
-    p.add_argument("--file", default="roster.csv", help="the roster, relative to the course root "
+    p.add_argument("--file", default=ROSTER_CSV, help="the roster, relative to the course root "
                    "or absolute (default roster.csv)")
     p.add_argument("--check", default=None, metavar="ASSIGNMENT",
                    help="compare the roster with the submissions of ASSIGNMENT")

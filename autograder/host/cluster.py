@@ -26,7 +26,7 @@ graded. What runs on the workers is :mod:`autograder.worker.plugin`.
 from pathlib import Path
 from time import monotonic
 
-from ..core.nbgrader_config import SUBMITTED
+from ..core.course_files import SUBMITTED
 from ..worker.intake import read_submission
 from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task, grader_digest
 from .schedule import TransportError, failed, parse_result

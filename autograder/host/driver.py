@@ -58,7 +58,8 @@ from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_ass
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
                               lock_holder, open_gradebook, record, sqlite_url, standings, writing)
 from ..core.limits import LOAD_ALLOWANCE, Limits, Retries
-from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, STAMP, SUBMITTED, default_db_url
+from ..core.course_files import AUTOGRADED, FEEDBACK, GRADES_CSV, LOCK, LOGS, ROSTER_CSV, SOURCE, STAMP, SUBMITTED
+from ..core.nbgrader_config import default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, late_note, load_settings
 from ..core.results import Status
 from ..judge.kernel_manager import make_socket_root
@@ -74,9 +75,6 @@ from .release import generate
 from .roster import COLUMNS as ROSTER_COLUMNS
 from .roster import RosterEntry, read_roster, roster_report, sync_roster
 
-LOCK = ".autograder.lock"
-LOGS = "logs"
-ROSTER = "roster.csv"
 
 
 class Interrupted(Exception):
@@ -356,7 +354,7 @@ def read_job(assignment, root, db_url, limits, students, late_policy):
         check_url(db_url)
         course = load_settings(root)
         retries = Retries.from_environment()
-        roster = read_roster(root / ROSTER) if (root / ROSTER).is_file() else None
+        roster = read_roster(root / ROSTER_CSV) if (root / ROSTER_CSV).is_file() else None
     except (GradebookError, ValueError) as error:
         raise SystemExit(str(error)) from None
     if isinstance(late_policy, str):  # the command line's spelling: the course's grace inherited
@@ -370,7 +368,7 @@ def read_job(assignment, root, db_url, limits, students, late_policy):
     if not names:
         raise SystemExit(f"no submissions of {assignment} under {root / SUBMITTED}: nothing graded")
     if roster and not students and not {e.student_id for e in roster} & set(names):
-        raise SystemExit(f"{root / ROSTER} matches none of the {len(names)} student folder(s) under "
+        raise SystemExit(f"{root / ROSTER_CSV} matches none of the {len(names)} student folder(s) under "
                          f"{root / SUBMITTED}: its student_id column must hold those folder names "
                          f"(columns expected: {', '.join(ROSTER_COLUMNS)})")
     return Job(assignment, root, db_url, names, course, roster, limits, retries)
@@ -555,7 +553,7 @@ def finish(job, run, results, stopped, seconds):
                  and not r.page_agrees(settled[r.student])]
         if stale:  # an extension or a manual grade the worker's scratch gradebook had not
             write_feedback_pages(job.root, job.db_url, job.assignment, stale, job.course)
-        summary.write_csv(job.root / "grades.csv", job.assignment, results, run.tests,
+        summary.write_csv(job.root / GRADES_CSV, job.assignment, results, run.tests,
                           standings=settled, missing=absent.missing if absent else (), similar=similar)
     except OSError as error:
         stopped = stopped or f"because {unwritable(error)}"

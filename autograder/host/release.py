@@ -31,9 +31,10 @@ import nbformat
 
 from ..core.cells import (grade_id, is_setup_cell, is_solution, is_test_cell, is_written_answer,
                           judged_source, nbgrader_meta, visible_source)
+from ..core.course_files import GRADEBOOK, RELEASE, SOURCE
 from ..core.gradebook import sqlite_url
 from ..core.limits import Limits
-from ..core.nbgrader_config import RELEASE, SOURCE, course_config, prepare_nbgrader
+from ..core.nbgrader_config import course_config, prepare_nbgrader
 from ..core.policy import load_self_check
 
 SELF_CHECK_TAG = "self-check"
@@ -70,7 +71,7 @@ def generate(assignment, root=".", release_dir=None, db_url=None):
     prepare_nbgrader()
     root = Path(root).resolve()
     with tempfile.TemporaryDirectory(prefix="autograder-gen-") as tmp:
-        c = course_config(root, db_url or sqlite_url(Path(tmp) / "gradebook.db"), assignment=assignment)
+        c = course_config(root, db_url or sqlite_url(Path(tmp) / GRADEBOOK), assignment=assignment)
         c.CourseDirectory.release_directory = str(release_dir or RELEASE)
         c.BaseConverter.force = True
         GenerateAssignment(coursedir=CourseDirectory(config=c), config=c).start()

@@ -46,25 +46,15 @@ import nbformat
 from ..checks._common import diagnosis_key, diagnosis_sentence
 from ..core.cells import grade_id, is_test_cell, is_written_answer
 from ..core.gradebook import open_gradebook
-from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE
+from ..core.course_files import AUTOGRADED, FEEDBACK, GRADES_CSV, REPORT_SECRET, ROSTER_CSV, SOURCE, STAMP
 from ..core.untrusted import csv_text
 
-STAMP = ".autograder.json"     # the driver's stamp beside an autograded submission
-GRADES_CSV = "grades.csv"
-ROSTER_CSV = "roster.csv"
-SECRET = ".report-secret"      # per-course key of the pseudonyms, at the course root
-REPORTS = "reports"            # the report's default folder, under the course root
 STREAM_ROWS = 2000             # rows fetched per round trip while streaming
 EXAMPLES = 3                   # example feedback pages per failure message
 ALPHA = 0.05                   # family-wise significance level of the co-failure tests
 WARNING_MIN_ASSIGNMENTS = 3    # early warning: at least this many assignments so far ...
 WARNING_SLOPE = -10.0          # ... and a least-squares trend of at most this many points/assignment
 PART_HEADING = re.compile(r"^#{1,6}\s*(Part\s+\d+)\s*[:.\-\u2013\u2014]?\s*(.*)$", re.I | re.M)
-
-
-def report_page_path(root, assignment):
-    """Where ``report`` writes ``assignment``'s page by default (the summary of ``grade`` names it)."""
-    return Path(root) / REPORTS / f"{assignment}.html"
 
 
 # -- the parts of an assignment -------------------------------------------------------------
@@ -261,7 +251,7 @@ class Pseudonyms:
     def __init__(self, root, enabled):
         self.enabled, self.key = enabled, None
         if enabled:
-            path = Path(root) / SECRET
+            path = Path(root) / REPORT_SECRET
             if not path.exists():
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as f:

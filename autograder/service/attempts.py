@@ -21,8 +21,9 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..core.nbgrader_config import SUBMITTED
-from ..worker.intake import NOTEBOOK_BYTES, TIMESTAMP, Kind, read_notebook, read_submission
+from ..core.course_files import SECRET, SUBMITTED, TIMESTAMP
+from ..core.times import nbgrader_time
+from ..worker.intake import NOTEBOOK_BYTES, Kind, read_notebook, read_submission
 
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,127}")
@@ -49,7 +50,7 @@ def folder(state, token):
 
 def handed_in_text(moment):
     """A time as nbgrader's ``timestamp.txt`` holds it."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    return nbgrader_time(moment)
 
 
 def write_synced(path, data):
@@ -145,5 +146,5 @@ def pages(state, token):
 
 def secret(state, token):
     """The attempt's ``submission_secret.txt`` (the exchange's), or None."""
-    path = folder(state, token) / SUBMISSION / "submission_secret.txt"
+    path = folder(state, token) / SUBMISSION / SECRET
     return path.read_text().strip() if path.is_file() else None

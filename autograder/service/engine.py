@@ -44,7 +44,7 @@ import nbformat
 
 from ..core.cells import grade_id, is_test_cell
 from ..core.gradebook import fault_line, gradebook_faults, open_gradebook, standings
-from ..core.nbgrader_config import FEEDBACK, SOURCE
+from ..core.course_files import FEEDBACK, ROSTER_CSV, SOURCE
 from ..core.policy import apply_late_policy, load_service_rules, load_settings, refusal
 from ..core.results import Status
 from ..core.untrusted import printable
@@ -282,7 +282,7 @@ class Service:
     def roster(self):
         from ..host.roster import read_roster
 
-        path = self.root / driver.ROSTER
+        path = self.root / ROSTER_CSV
         return read_roster(path) if path.is_file() else None
 
     def collect_results(self):

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from tornado import web
 
-from ..core.nbgrader_config import FEEDBACK
+from ..core.course_files import FEEDBACK
 from ..core.policy import load_service_rules, load_settings, refusal
 from ..core.feedback_page import CONTENT_SECURITY_POLICY, MATHJAX_DIR
 from ..worker.intake import NOTEBOOK_BYTES

@@ -73,16 +73,15 @@ from pathlib import Path
 
 import nbformat
 
+from ..core.course_files import SECRET, TIMESTAMP
 from ..core.cells import grade_id, is_locked, is_solution, is_test_cell, visible_source
-from ..core.policy import parse_time
+from ..core.times import as_utc, parse_time
 from ..core.results import Status
 from ..core.untrusted import printable
 
 __all__ = ["Intake", "Submission", "handed_in_time", "read_submission", "take_in"]
 
 # files of the folder written by collection (nbgrader's, or ``collect``), not by the student
-TIMESTAMP = "timestamp.txt"
-SECRET = "submission_secret.txt"  # nbgrader's exchange: names the feedback it releases
 COLLECTION_FILES = (TIMESTAMP, SECRET)
 COLLECTION_BYTES = 4096  # a timestamp or a secret is a short line
 # names of the folder's own files, written by collection and Jupyter, not by the student
@@ -405,7 +404,7 @@ def handed_in_time(submission, now):
     """``(time, problem)``: when the submission was handed in, by its ``timestamp.txt``.
 
     ``(None, None)`` without a ``timestamp.txt``. One that is not a regular file, is not
-    a time (:func:`autograder.core.policy.parse_time`) or is later than ``now`` (beyond
+    a time (:func:`autograder.core.times.parse_time`) or is later than ``now`` (beyond
     :data:`FUTURE_SLACK`) is not believed: the time is ``now``, the time of grading (the
     latest it can have been handed in, so a broken file never makes work less late), and
     ``problem`` says why, for the message.
@@ -530,11 +529,6 @@ def epoch_ms_time(value):
         return datetime.fromtimestamp(value / 1000, timezone.utc)
     except (OverflowError, OSError, ValueError):
         return None
-
-
-def as_utc(moment):
-    """``moment`` with a time zone: a naive time is taken as UTC."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 # -- messages --------------------------------------------------------------------------

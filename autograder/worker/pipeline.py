@@ -27,13 +27,14 @@ import nbformat
 from ..core.feedback_page import CSP_META, render_feedback, rewrite_feedback_html
 from ..core.gradebook import forget_submission, keep_engines_in_nbgrader, make_scratch, read_scores
 from ..core.limits import Limits, Retries
-from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
-                                    course_config)
+from ..core.course_files import AUTOGRADED, FEEDBACK, SECRET, SUBMITTED, TIMESTAMP
+from ..core.nbgrader_config import autograde_settings, course_config
 from ..core.policy import CourseSettings, apply_late_policy, late_note
 from ..core.results import LimitEvent, Status, StudentResult
+from ..core.times import nbgrader_time
 from ..core.untrusted import printable
 from .audit import audit, restore_deleted
-from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
+from .intake import handed_in_time, read_submission, take_in
 from .repair import describe, repair
 
 
@@ -190,7 +191,7 @@ def stage_submission(settings, student, scratch, submission=None):
     result = StudentResult(student=student, digest=digest_of(submission))
     handed, problem = handed_in_time(submission, datetime.now(timezone.utc))
     if handed is not None:
-        (dest / TIMESTAMP).write_text(handed.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+        (dest / TIMESTAMP).write_text(nbgrader_time(handed))
     if problem:
         result.message, result.flags = problem, ["bad-timestamp"]
     secret = submission.entry(SECRET)
@@ -350,7 +351,7 @@ def grade_student(settings, student, workdir, db_url, submission=None, more=True
             forget_submission(db_url, settings.assignment, INTERNAL_ID)
             stamp = scratch / INTERNAL_ID / settings.assignment / TIMESTAMP
             if not stamp.exists():  # without a timestamp.txt, the time of grading counts
-                stamp.write_text(datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+                stamp.write_text(nbgrader_time(datetime.now(timezone.utc)))
             with nbgrader_errors() as logged:
                 try:
                     Autograde(coursedir=CourseDirectory(config=c), config=c).start()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
+from ..core.course_files import GRADEBOOK
 from ..core.gradebook import drop_engine, sqlite_url
 from ..core.nbgrader_config import prepare_nbgrader
 from ..judge.kernel_manager import make_socket_root
@@ -69,7 +70,7 @@ class GradingPlugin(WorkerPlugin):
         template = workdir / "template.db"
         template.write_bytes(self.payload.template_db)
         (workdir / "grader").mkdir()
-        shutil.copy(template, workdir / "grader" / "gradebook.db")
+        shutil.copy(template, workdir / "grader" / GRADEBOOK)
         self.settings = replace(self.payload.settings, root=str(workdir / "course"),
                                 release_dir=str(release), template_db=str(template),
                                 workdir=str(workdir),
@@ -124,7 +125,7 @@ class GradingPlugin(WorkerPlugin):
         return Path(self.settings.workdir) / "grader"
 
     def db_url(self):
-        return sqlite_url(self.grader_dir() / "gradebook.db")
+        return sqlite_url(self.grader_dir() / GRADEBOOK)
 
     def grade(self, student, submission, more=True):
         """Grade one submission (an :class:`autograder.worker.intake.Submission`, read by the

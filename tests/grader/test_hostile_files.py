@@ -29,7 +29,7 @@ import nbformat
 import pytest
 
 from autograder.core.limits import Limits
-from autograder.core.nbgrader_config import FEEDBACK
+from autograder.core.course_files import FEEDBACK
 from autograder.host.driver import grade
 from autograder.worker import pipeline
 from autograder.host.release import generate

@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.core.course_files import REPORT_SECRET
 from autograder.host import report_data as data
 from autograder.host.report_page import phone_text_px
 
@@ -159,9 +160,9 @@ def test_parts_and_concepts_come_from_the_source_notebook():
 def test_pseudonyms_are_stable_keyed_and_private(tmp_path):
     one, two = data.Pseudonyms(tmp_path, True), data.Pseudonyms(tmp_path, True)
     assert one("ada") == two("ada") != one("bob") and one("ada").startswith("s-")
-    assert oct((tmp_path / data.SECRET).stat().st_mode & 0o777) == "0o600"
+    assert oct((tmp_path / REPORT_SECRET).stat().st_mode & 0o777) == "0o600"
     assert one.scrub("ada copied from bob") == f"{one('ada')} copied from {one('bob')}"
-    (tmp_path / data.SECRET).unlink()
+    (tmp_path / REPORT_SECRET).unlink()
     assert data.Pseudonyms(tmp_path, True)("ada") != one("ada")  # a new secret: unlinkable
     assert data.Pseudonyms(tmp_path, False)("ada") == "ada"
 
