@@ -367,7 +367,8 @@ def profile_assignment(assignment, measured=3):
     from autograder.judge.execute import Spare
     from autograder.judge.kernel_manager import make_socket_root
     from autograder.sandbox.cgroups import RUN_ENV, kill_run_cgroups
-    from autograder.worker.pipeline import Settings, grade_student, preflight
+    from autograder.core.grading_run import Settings
+    from autograder.worker.pipeline import grade_student, preflight
 
     profile = PROFILE
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:

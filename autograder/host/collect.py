@@ -71,7 +71,8 @@ from ..core.cells import grade_id
 from ..core.course_files import SUBMITTED, TIMESTAMP
 from ..core.times import nbgrader_time
 from ..core.untrusted import printable
-from ..worker.intake import NOTEBOOK_BYTES, belongs_by_grade_ids, read_notebook, solution_parts
+from ..core.notebook_file import NOTEBOOK_BYTES, read_notebook
+from ..core.solution_cells import belongs_by_grade_ids, solution_cells
 from .roster import COLUMNS as ROSTER_COLUMNS
 from .roster import RosterEntry, read_roster
 
@@ -206,7 +207,7 @@ def nbgrader_cells(notebook):
 
 def belongs(notebook, sources):
     """Whether ``notebook`` is one of ``sources``'s by intake's rule (its solution cells)."""
-    return any(belongs_by_grade_ids(notebook, source, solution_parts(source)) for source in sources)
+    return any(belongs_by_grade_ids(notebook, source, solution_cells(source)) for source in sources)
 
 
 def strays(archive, staging, kept, assignment, expected):

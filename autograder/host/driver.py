@@ -54,6 +54,8 @@ import nbformat
 
 from ..core.cells import grade_id, is_test_cell
 from ..core.feedback_page import install_mathjax, render_feedback, rewrite_feedback_html
+from ..core.grading_run import Settings
+from ..core.submission_folder import submission_digest
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
                               lock_holder, open_gradebook, record, sqlite_url, standings, writing)
@@ -66,7 +68,6 @@ from ..judge.kernel_manager import make_socket_root
 from ..core.untrusted import printable
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
-from ..worker.pipeline import Settings, submission_digest
 from ..core.similarity import fingerprints, pairs_with
 from . import summary
 from .pool import LocalWorkers

@@ -10,7 +10,7 @@ attempt counts again) and ``feedback/`` (its pages as the course rendered them).
 exchange folder's first part) and must be a plain id (:func:`check_student`); the
 assignment must be one of the course's; the folder is named by a random token; an upload is
 written as ``<assignment>.ipynb``; an exchange folder is read with
-:func:`autograder.worker.intake.read_submission` (no link followed, every file capped) and
+:func:`autograder.core.submission_folder.read_submission` (no link followed, every file capped) and
 only its plain regular files are written back, under their own plain names.
 """
 
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ..core.course_files import SECRET, SUBMITTED, TIMESTAMP
 from ..core.times import nbgrader_time
-from ..worker.intake import NOTEBOOK_BYTES, Kind, read_notebook, read_submission
+from ..core.notebook_file import NOTEBOOK_BYTES, read_notebook
+from ..core.submission_folder import Kind, read_submission
 
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,127}")

@@ -22,7 +22,7 @@ Instructors (Hub admins, and ``[service] instructors`` of ``course.toml``):
 **A student sees only their own attempts**: every lookup is by (the Hub's user, token), and
 any miss, another student's token included, answers the same 404 "not found", as does an
 instructor route for a student. Uploads are bounded: one notebook of at most
-:data:`autograder.worker.intake.NOTEBOOK_BYTES` (the request body is capped before it is
+:data:`autograder.core.notebook_file.NOTEBOOK_BYTES` (the request body is capped before it is
 read), :data:`UPLOADS_PER_MINUTE` upload requests per student, then the course's attempt
 rules. Forms carry tornado's XSRF token (the Hub's, under its OAuth); pages carry a CSP
 (feedback pages the course's own, :data:`autograder.core.feedback_page.CONTENT_SECURITY_POLICY`).
@@ -44,7 +44,7 @@ from tornado import web
 from ..core.course_files import FEEDBACK
 from ..core.policy import load_service_rules, load_settings, refusal
 from ..core.feedback_page import CONTENT_SECURITY_POLICY, MATHJAX_DIR
-from ..worker.intake import NOTEBOOK_BYTES
+from ..core.notebook_file import NOTEBOOK_BYTES
 from . import attempts as files
 from .journal import DONE, QUEUED, Journal
 

@@ -10,14 +10,11 @@ which no kernel can see. The parent copies the scores into the class gradebook,
 one student at a time.
 """
 
-import hashlib
 import logging
-import os
 import re
 import shutil
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from time import monotonic
@@ -25,34 +22,18 @@ from time import monotonic
 import nbformat
 
 from ..core.feedback_page import CSP_META, render_feedback, rewrite_feedback_html
+from ..core.grading_run import last_bytes
 from ..core.gradebook import forget_submission, keep_engines_in_nbgrader, make_scratch, read_scores
-from ..core.limits import Limits, Retries
 from ..core.course_files import AUTOGRADED, FEEDBACK, SECRET, SUBMITTED, TIMESTAMP
 from ..core.nbgrader_config import autograde_settings, course_config
-from ..core.policy import CourseSettings, apply_late_policy, late_note
+from ..core.policy import apply_late_policy, late_note
 from ..core.results import LimitEvent, Status, StudentResult
 from ..core.times import nbgrader_time
+from ..core.submission_folder import digest_of, read_submission
 from ..core.untrusted import printable
 from .audit import audit, restore_deleted
-from .intake import handed_in_time, read_submission, take_in
+from .intake import handed_in_time, take_in
 from .repair import describe, repair
-
-
-@dataclass
-class Settings:
-    """Everything a worker needs, picklable."""
-
-    root: str
-    assignment: str
-    template_db: str       # SQLite gradebook that knows the assignment
-    release_dir: str       # student version, generated for this run
-    workdir: str           # scratch space of the whole run (no kernel can see it)
-    limits: Limits = field(default_factory=Limits)
-    retries: Retries = field(default_factory=Retries)  # how often kernels are tried (the host's)
-    sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
-    run_id: str = ""        # names this run's kernel cgroups, so the driver can kill them all
-    course: CourseSettings = field(default_factory=CourseSettings)  # due dates, late policy
-    socket_root: str = ""   # the run's short folder of kernel sockets (never under TMPDIR)
 
 
 PREFLIGHT_STARTUP = 15.0  # seconds a preflight kernel may take to answer, per try
@@ -152,23 +133,13 @@ def validate_metadata_once_per_schema():
         common.jsonschema = _SchemaValidators()
 
 
-def last_bytes(path, size=2000):
-    """The last ``size`` bytes of ``path`` as text ('' if it is not there)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 INTERNAL_ID = "student"  # the id every submission has inside a worker: no glob characters
 
 
 def stage_submission(settings, student, scratch, submission=None):
     """Take in the student's notebook, audit it and put it in ``scratch`` for nbgrader.
 
-    The folder is read once, by :func:`autograder.worker.intake.read_submission`, which
+    The folder is read once, by :func:`autograder.core.submission_folder.read_submission`, which
     follows no link out of ``submitted/<student>/<assignment>`` (a linked student or
     assignment folder is refused) and bounds what it reads;
     :func:`autograder.worker.intake.take_in` decides which notebook to grade (any name; the
@@ -186,7 +157,7 @@ def stage_submission(settings, student, scratch, submission=None):
     dest = Path(scratch) / INTERNAL_ID / settings.assignment
     shutil.rmtree(scratch, ignore_errors=True)
     dest.mkdir(parents=True)
-    if submission is None:  # on a Dask worker the client has read it (host/cluster.handed_in)
+    if submission is None:  # on a Dask worker the client has read it (host/cluster.read_handed_in)
         submission = read_submission(source, within=root / SUBMITTED)
     result = StudentResult(student=student, digest=digest_of(submission))
     handed, problem = handed_in_time(submission, datetime.now(timezone.utc))
@@ -275,27 +246,6 @@ def cause_of(error, logged):
         if lines and "Traceback" in str(text):
             return printable(lines[-1].strip())[:300]
     return printable(f"{type(error).__name__}: {error}")[:300]
-
-
-def submission_digest(folder):
-    """SHA-256 of what a student handed in to ``submitted/<student>/<assignment>`` (``folder``).
-
-    Read as grading reads it (:func:`autograder.worker.intake.read_submission`: no link
-    followed, neither the student's nor the assignment's folder may be a link).
-    """
-    folder = Path(folder)
-    return digest_of(read_submission(folder, within=folder.parent.parent))
-
-
-def digest_of(submission):
-    """SHA-256 of a :class:`~autograder.worker.intake.Submission`: every entry's name and
-    kind, and the bytes of its notebooks and collection files (or why they were not read)."""
-    digest = hashlib.sha256((submission.problem or "").encode())
-    for entry in submission.entries:
-        content = entry.data if entry.data is not None else (entry.problem or "").encode()
-        digest.update(os.fsencode(entry.name) + b"\0" + entry.kind.encode() + b"\0"
-                      + content + b"\0")
-    return digest.hexdigest()
 
 
 def collect_files(scratch_root, student, assignment, needs_manual, late=None):

@@ -34,7 +34,7 @@ from autograder.host.driver import grade
 from autograder.worker import pipeline
 from autograder.host.release import generate
 from autograder.sandbox.launcher import unavailable_reason
-from autograder.worker.intake import NOTEBOOK_BYTES, NOTEBOOK_CELLS
+from autograder.core.notebook_file import NOTEBOOK_BYTES, NOTEBOOK_CELLS
 from notebooks import solution_source
 from tests.grader.test_grading_e2e import FIXTURE, Class
 
