@@ -365,7 +365,7 @@ def profile_assignment(assignment, measured=3):
     from autograder.core.nbgrader_config import prepare_nbgrader
     from autograder.host import driver
     from autograder.judge.execute import Spare
-    from autograder.judge.kernel_manager import make_socket_root
+    from autograder.core.grading_run import make_socket_root
     from autograder.sandbox.cgroups import RUN_ENV, kill_run_cgroups
     from autograder.core.grading_run import Settings
     from autograder.worker.pipeline import grade_student, preflight

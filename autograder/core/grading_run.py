@@ -8,6 +8,8 @@ module is what both sides load:
   worker of one run receives (settings, student version, template gradebook): plain,
   picklable data;
 * :func:`grader_digest`: the host and every Dask worker must grade with the same code;
+* :func:`make_socket_root`: the run's short folder of kernel sockets (the host's, and each
+  Dask worker's own);
 * :func:`last_bytes`: the tail of a worker's log, read by the worker (its preflight's kernel
   log) and by the host (a failed worker's log);
 * **the rule for entry points**: the host never imports ``worker/``. It names the worker code
@@ -20,6 +22,7 @@ module is what both sides load:
 import hashlib
 import importlib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +54,24 @@ class RunPayload:
     settings: Settings       # paths in it are the client's; the plugin rewrites them
     release: dict[str, bytes]       # notebook file name -> bytes of the student version
     template_db: bytes              # SQLite gradebook that knows the assignment
+
+
+SOCKET_BASE = "/tmp"  # fixed and short, whatever TMPDIR says: socket paths must stay short
+
+
+def make_socket_root(run):
+    """A fresh folder ``autograder-<run>-sockets-*`` under :data:`SOCKET_BASE` for the kernel
+    socket folders of grading run ``run`` (named after it, like the run's scratch folders and
+    cgroups, so whatever a run leaves behind says which run it was).
+
+    ``mkdtemp`` creates it atomically with a random name (no one can have made it in
+    advance, or swap it: ``/tmp`` is sticky), owned by this user; 0711 lets the kernels
+    (user ``nobody``) reach their own folders in it, and list nothing. The caller removes
+    it with everything in it when the run ends, the folders of killed workers included.
+    """
+    path = tempfile.mkdtemp(prefix=f"autograder-{run}-sockets-", dir=SOCKET_BASE)
+    os.chmod(path, 0o711)
+    return path
 
 
 def plugin_name(run_id):

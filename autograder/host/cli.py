@@ -47,7 +47,7 @@ def _students(text):
 
 def known_assignment(root, assignment):
     """Exit with one line unless ``assignment`` has source notebooks under ``root``."""
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     known = source_assignments(root)
     if assignment not in known:
@@ -56,7 +56,8 @@ def known_assignment(root, assignment):
 
 
 def cmd_generate(args):
-    from .release import generate, source_assignments, stale_notebooks, stale_selfcheck, write_selfcheck
+    from ..core.assignments import source_assignments
+    from .release import generate, stale_notebooks, stale_selfcheck, write_selfcheck
 
     names = source_assignments(args.root) if args.all else args.assignment
     if not names:
@@ -169,7 +170,7 @@ def cmd_feedback(args):
 def cmd_export(args):
     from .exports import export_csv, export_lms
     from ..core.gradebook import GradebookError
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     if args.assignment:
         known_assignment(args.root, args.assignment)
@@ -223,7 +224,7 @@ def cmd_report(args):
     from ..core.untrusted import printable
     from .report import write_report
 
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     db_url = existing_gradebook(args)
     assignments = [args.assignment] if args.assignment else source_assignments(args.root)
@@ -366,7 +367,7 @@ See autograder/README.md, 'Grading on submission'."""
 
 
 def cmd_serve(args):
-    from ..service import serve
+    from ..service.serve import serve
 
     serve(args.root, args.db or default_db_url(args.root), args.state, jobs=args.jobs,
           scheduler=args.scheduler, exchange=args.exchange, course_id=args.course_id,

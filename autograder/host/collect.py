@@ -454,7 +454,7 @@ def collect_into_course(root: Path, assignment: str, lms: Lms, archive: Path) ->
     the roster, the settings or the archive cannot be used."""
     from ..core.course_files import ROSTER_CSV, SOURCE
     from ..core.policy import load_settings
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     root = Path(root)
     path = root / ROSTER_CSV

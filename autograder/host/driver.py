@@ -54,7 +54,7 @@ import nbformat
 
 from ..core.cells import grade_id, is_test_cell
 from ..core.feedback_page import install_mathjax, render_feedback, rewrite_feedback_html
-from ..core.grading_run import Settings
+from ..core.grading_run import Settings, make_socket_root
 from ..core.submission_folder import submission_digest
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
@@ -64,7 +64,6 @@ from ..core.course_files import AUTOGRADED, FEEDBACK, GRADES_CSV, LOCK, LOGS, RO
 from ..core.nbgrader_config import default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, late_note, load_settings
 from ..core.results import Status
-from ..judge.kernel_manager import make_socket_root
 from ..core.untrusted import printable
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
@@ -344,7 +343,7 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
 
 def read_job(assignment, root, db_url, limits, students, late_policy):
     """The run's :class:`Job` from the course's files, or ``SystemExit`` with one line."""
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     db_url = engine_url(db_url or default_db_url(root))
     known = source_assignments(root)

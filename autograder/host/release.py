@@ -29,6 +29,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..core.assignments import source_assignments
 from ..core.cells import (grade_id, is_setup_cell, is_solution, is_test_cell, is_written_answer,
                           judged_source, nbgrader_meta, visible_source)
 from ..core.course_files import GRADEBOOK, RELEASE, SOURCE
@@ -49,13 +50,6 @@ SELFCHECK_MODULES = ("__init__.py", "judge/__init__.py", "judge/verdict.py", "ke
 SELFCHECK_ENTRY = ('"""Check my work: ``SelfCheck`` of :mod:`autograder.selfcheck` (this package\'s '
                    'entry point)."""\n\nfrom autograder.selfcheck import CellResult, SelfCheck  '
                    '# noqa: F401\n')
-
-
-def source_assignments(root):
-    """Ids of the assignments that have a source folder under ``root/solutions``."""
-    source = Path(root) / SOURCE
-    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) \
-        if source.is_dir() else []
 
 
 def generate(assignment, root=".", release_dir=None, db_url=None):

@@ -60,7 +60,7 @@ class Course:
     """What the web process reads: the course root, the journal, the rules."""
 
     def __init__(self, root, state, prefix="/"):
-        from ..host.release import source_assignments
+        from ..core.assignments import source_assignments
 
         self.root, self.state = Path(root).resolve(), Path(state)
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
@@ -103,7 +103,7 @@ class Course:
 
     def describe(self, attempt):
         """The JSON of one attempt, as its student may see it."""
-        from .engine import shown_test_cells, verdicts
+        from .pages import shown_test_cells, verdicts
 
         out = {"id": attempt.token, "assignment": attempt.assignment, "state": attempt.state,
                "received": datetime.fromtimestamp(attempt.received, timezone.utc).isoformat(),
@@ -289,7 +289,7 @@ class ApiAttempt(Api):
 
 
 def queue_view(course):
-    from .engine import throughput
+    from .journal import throughput
 
     j = course.journal
     return {"paused": j.switch("paused") == "yes",

@@ -25,9 +25,8 @@ from distributed import WorkerPlugin
 
 from ..core.course_files import GRADEBOOK
 from ..core.gradebook import drop_engine, sqlite_url
-from ..core.grading_run import plugin_name
+from ..core.grading_run import make_socket_root, plugin_name
 from ..core.nbgrader_config import prepare_nbgrader
-from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
 from ..sandbox.launcher import unavailable_reason
 from . import pipeline
