@@ -322,7 +322,7 @@ class Profile:
             self.wrap(pipeline, name, PHASES[10])
         self.wrap(pipeline, "render_feedback", PHASES[11])
         self.wrap(pipeline, "collect_files", PHASES[11])
-        self.wrap(driver, "keep", PHASES[12])
+        self.wrap(driver, "record_result", PHASES[12])
         count = KernelTransport._count  # called once per round trip, with what crossed
 
         def counted(transport, sent, received):
@@ -405,7 +405,7 @@ def profile_assignment(assignment, measured=3):
                 if i == 1:
                     before = profile.snapshot()
                 result = grade_student(settings, f"student{i:03d}", workdir, db, more=i < measured)
-                driver.keep(root, class_db, assignment, result, run_id)
+                driver.record_result(root, class_db, assignment, result, run_id)
                 scores.append((result.score, result.status))
             after = profile.snapshot()
         finally:

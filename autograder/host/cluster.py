@@ -201,7 +201,7 @@ class DaskCluster:
         for future in done:
             student = students[future]
             _, since = self.running.pop(student)
-            results.append(collect(future, student, monotonic() - since))
+            results.append(result_of(future, student, monotonic() - since))
         return results
 
     def give_up(self, student):
@@ -227,7 +227,7 @@ class DaskCluster:
             pass
 
 
-def collect(future, student, seconds):
+def result_of(future, student, seconds):
     """The StudentResult of a finished task, or an error result saying why there is none."""
     from distributed import KilledWorker
 

@@ -123,7 +123,7 @@ def has_notebook(folder):
         return False
 
 
-def test_cells(release_dir):
+def release_test_cells(release_dir):
     """(notebook, grade_id) of every autograded test cell of the student version."""
     tests = []
     for path in sorted(Path(release_dir).glob("*.ipynb")):
@@ -331,7 +331,7 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
     try:
         job.jobs = grading_slots(job.client, jobs, sandboxed)
         with CourseLock(job.root, assignment, job.db_url, "grade"), Signals():
-            return grade_class(job)
+            return grade_job(job)
     except OSError as error:  # the host's disk or folders, before or after the class
         raise SystemExit(f"grading stopped: {unwritable(error)}") from None
     except gradebook_faults() as error:  # locked, corrupt or gone before the class
@@ -420,7 +420,7 @@ def expected_seconds(root, assignment, students):
     return seconds
 
 
-def grade_class(job):
+def grade_job(job):
     """The three phases of a run: :func:`prepare`, :func:`run_class`, :func:`finish`.
 
     The run's scratch folder (student version, template gradebook, the workers' scratch),
@@ -457,7 +457,7 @@ def prepare(job, workdir, sockets):
     todo = [n for n in job.names if n not in skipped]
     expected = expected_seconds(job.root, job.assignment, todo)
     todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
-    return Run(settings, test_cells(settings.release_dir), todo, skipped, watchdog)
+    return Run(settings, release_test_cells(settings.release_dir), todo, skipped, watchdog)
 
 
 def worker_settings(job, workdir, sockets):
@@ -504,7 +504,7 @@ def run_class(job, run):
     def on_result(result):
         signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
         try:
-            keep(job.root, job.db_url, job.assignment, result, run.settings.run_id)
+            record_result(job.root, job.db_url, job.assignment, result, run.settings.run_id)
             results.append(result)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
@@ -520,7 +520,7 @@ def run_class(job, run):
         stopped = f"because {error}"
     except gradebook_faults() as error:  # locked, corrupt or gone mid-run
         stopped = f"because {fault_line(error)}"
-    except OSError as error:  # keep() could not write a course file: nothing half-written
+    except OSError as error:  # record_result() could not write a course file: nothing half-written
         stopped = f"because {unwritable(error)}"
     bar.close()
     return results, stopped
@@ -559,7 +559,7 @@ def finish(job, run, results, stopped, seconds):
         stopped = stopped or f"because {unwritable(error)}"
     except gradebook_faults() as error:  # the pages re-rendered from a gradebook lost mid-run
         stopped = stopped or f"because {fault_line(error)}"
-    summary.report(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
+    summary.print_summary(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
                    out=job.out, skipped=[] if stopped else run.skipped, standings=settled,
                    roster=absent, similar=pairs)
     if stopped:
@@ -633,7 +633,7 @@ def unwritable(error):
     return f"cannot write{where}: {error.strerror or error}"
 
 
-def keep(root, db_url, assignment, result, run):
+def record_result(root, db_url, assignment, result, run):
     """Record ``result``: gradebook first, then its files, then the stamp that marks it done
     (the digest graded, the status, the seconds it took and ``run``, the id of the run).
 

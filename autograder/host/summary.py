@@ -250,7 +250,7 @@ def cluster_line(students, functions):
     return f"{len(students)} students: {names}: {linked}"
 
 
-def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
+def print_summary(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
            standings=None, roster=None, similar=None):
     """Print the class summary; scores are the gradebook's ``standings`` (after the penalty).
 

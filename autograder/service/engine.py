@@ -12,7 +12,7 @@ One process, one thread (it forks the grading workers). Each turn of :meth:`Serv
    (:class:`autograder.host.pool.LocalWorkers`) or the Dask cluster
    (:class:`autograder.host.cluster.DaskCluster`), with the same worker settings as a
    ``grade`` run (:func:`autograder.host.driver.worker_settings`);
-3. records each result as ``grade`` does (:func:`autograder.host.driver.keep`, then the late
+3. records each result as ``grade`` does (:func:`autograder.host.driver.record_result`, then the late
    penalties and the pages they change), then sets the gradebook back to the attempt that
    counts (``counts = "best"``: a lower score does not replace a higher one), so
    ``submitted/`` always holds the counted attempt and ``grade --force`` gives the same
@@ -285,7 +285,7 @@ class Service:
 
     def record(self, lane, attempt, result):
         student, assignment = attempt.student, attempt.assignment
-        driver.keep(self.root, self.db_url, assignment, result, driver.run_id(lane.workdir))
+        driver.record_result(self.root, self.db_url, assignment, result, driver.run_id(lane.workdir))
         if result.status != Status.ERROR:
             self.settle_page(lane, assignment, student, result)
             files.keep_result(self.state, attempt.token, result)
@@ -333,7 +333,7 @@ class Service:
         if counted is None or (kept := files.load_result(self.state, counted.token)) is None:
             return
         files.install(self.root, self.state, counted.token, student, assignment)
-        driver.keep(self.root, self.db_url, assignment, kept, "serve")
+        driver.record_result(self.root, self.db_url, assignment, kept, "serve")
         self.settle_page(lane, assignment, student, kept)
         self.journal.set_counted(student, assignment, counted.id)
 

@@ -76,10 +76,10 @@ def preflight(settings, db_url, scratch):
     validate_metadata_once_per_schema()
     keep_engines_in_nbgrader()
     make_scratch(db_url)
-    said = Path(scratch).parent / "preflight.log"
-    said.unlink(missing_ok=True)
+    preflight_log = Path(scratch).parent / "preflight.log"
+    preflight_log.unlink(missing_ok=True)
     c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
-    c.SandboxedKernelManager.startup_log = str(said)
+    c.SandboxedKernelManager.startup_log = str(preflight_log)
     c.LimitedExecute.spare_kernel = False
     executor = LimitedExecute(config=c)
     executor.kernel_name = "python3"  # the course's notebooks' kernel (nbgrader's default too)
@@ -88,9 +88,9 @@ def preflight(settings, db_url, scratch):
     try:
         executor._start()
     except KernelStartError as error:
-        last = [line for line in last_bytes(said).splitlines() if line.strip()][-1:]
+        last = [line for line in last_bytes(preflight_log).splitlines() if line.strip()][-1:]
         executor._stop()
-        said.unlink(missing_ok=True)
+        preflight_log.unlink(missing_ok=True)
         return f"{error}" + (f" (the kernel said: {printable(last[0].strip()[:200])})" if last else "")
     except BaseException:
         executor._stop()
