@@ -21,7 +21,6 @@ import copy
 import hashlib
 import io
 import json
-import re
 import tempfile
 import zipfile
 from base64 import urlsafe_b64encode
@@ -30,6 +29,7 @@ from pathlib import Path
 import nbformat
 
 from ..core.assignments import source_assignments
+from .parts import part_id
 from ..core.cells import (grade_id, is_setup_cell, is_solution, is_test_cell, is_written_answer,
                           judged_source, nbgrader_meta, visible_source)
 from ..core.course_files import GRADEBOOK, RELEASE, SOURCE
@@ -136,12 +136,6 @@ def is_self_check_cell(cell):
     return SELF_CHECK_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def part_of(cell_grade_id):
-    """``"p3"`` for ``"p3_hidden"`` (the course's grade ids start with their part)."""
-    match = re.match(r"(p\d+)_", cell_grade_id or "")
-    return match.group(1) if match else None
-
-
 def selfcheck_bank(nb, assignment, mode="full", answers="reveal", cell_timeout=Limits.cell_timeout):
     """What the self-check of ``assignment`` needs from its *source* notebook ``nb``.
 
@@ -161,7 +155,7 @@ def selfcheck_bank(nb, assignment, mode="full", answers="reveal", cell_timeout=L
     setup = []
     for cell in nb.cells:
         gid = grade_id(cell)
-        pid = part_of(gid)
+        pid = part_id(gid)
         if is_setup_cell(cell):
             setup.append(cell.source)
         elif pid is None:

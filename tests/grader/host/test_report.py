@@ -30,6 +30,7 @@ import nbformat
 import pytest
 
 from autograder.core.course_files import REPORT_SECRET
+from autograder.host.parts import assignment_parts
 from autograder.host import report_data as data
 from autograder.host.report_page import phone_text_px
 
@@ -149,7 +150,7 @@ def test_parts_that_fail_together_are_found_and_independent_ones_are_not():
 def test_parts_and_concepts_come_from_the_source_notebook():
     from autograder.core.cells import grade_id, is_test_cell
 
-    parts = data.assignment_parts(REPO, "01-rope")
+    parts = assignment_parts(REPO, "01-rope")
     assert [p.name for p in parts] == [f"Part {i}" for i in range(1, 7)]
     assert parts[1].concept == "`apply_rope`" and parts[4].written == (("01-rope", "p5_written"),)
     nb = nbformat.read(REPO / "solutions" / "01-rope" / "01-rope.ipynb", as_version=4)
