@@ -1,7 +1,8 @@
 """nbgrader settings for this course, built in code so that every command agrees.
 
 The course root is the repository root; its folders and files are named by
-:mod:`autograder.core.course_files`, and every nbgrader command gets them from here.
+:mod:`autograder.core.course_files`; :func:`course_config` hands them to nbgrader, so nbgrader's
+commands and the grader's agree.
 """
 
 import functools

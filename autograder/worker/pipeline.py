@@ -103,9 +103,8 @@ class _SchemaValidators:
     """``jsonschema.validate`` with each schema's validator checked and built once.
 
     nbgrader checks every cell's metadata with ``jsonschema.validate``, which checks its
-    schema and builds a validator again for each cell: 40 ms of CPU per notebook of 25
-    cells, twice per autograde. This does the same check (the same ``best_match`` error
-    is raised) with one validator per schema and process.
+    schema and builds a validator again for each cell. This does the same check (the same
+    ``best_match`` error is raised) with one validator per schema and process.
     """
 
     def __init__(self):
