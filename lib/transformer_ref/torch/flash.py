@@ -90,22 +90,28 @@ def _tile(buffer, *shape):
 class _QueryTile:
     """The forward's views of its buffers for a tile of ``n`` queries, made once per tile height.
 
-    ``buffers`` (flat: score tile, Q1, acc^T, l) are allocated once per call for the tallest
-    tile; ``sizes = (B, H_kv, G, D, Dv, width)``. Q1 is query-major: row ``r * G + g`` holds
-    query r of the group's head g, so the queries from r on are the rows from ``r * G`` on.
+    ``buffers`` (flat: score tile S^T, Q1, acc^T, l; and the row of ones) are allocated once
+    per call for the tallest tile; ``sizes = (B, H_kv, G, D, Dv, width)``. Q1 is query-major:
+    row ``r * G + g`` holds query r of the group's head g, so the queries from r on are the
+    rows from ``r * G`` on, and ``part`` (:meth:`_part`, cached) cuts every view to them.
     """
 
     def __init__(self, buffers, sizes, n):
-        scores, q1, acc, l = buffers
+        scores, q1, acc, l, ones = buffers
         B, H_kv, G, D, Dv, width = sizes
         BH, cols = B * H_kv, n * G
         q1 = _tile(q1, BH, cols, D + 1)
         self.q_in = q1.view(B, H_kv, n, G, D + 1)[..., :D]  # where the tile of q is copied
         self.q_t, self.q1t, self.neg_m = q1[..., :D].mT, q1.mT, q1[..., D:].mT  # Q^T, Q1^T, -m (BH, 1, cols)
-        self.scores = _tile(scores, BH, width, cols)  # S^T: keys x queries
         self.acc, self.l = _tile(acc, BH, Dv, cols), _tile(l, BH, 1, cols)  # acc^T, l
         grouped = partial(_grouped, shape=(B, H_kv, n, G))  # in the layout of out and lse
         self.acc_out, self.l_out, self.neg_m_out = grouped(self.acc), grouped(self.l), grouped(self.neg_m)
+        self.part = lru_cache(maxsize=None)(partial(self._part, scores, ones, BH, G, n))
+
+    def _part(self, scores, ones, BH, G, n, r, w):
+        """The score tile, ones, Q1^T, acc^T and l of queries r.. against w keys (a cut or ragged tile)."""
+        c = r * G
+        return _tile(scores, BH, w, (n - r) * G), ones[..., :w], self.q1t[..., c:], self.acc[..., c:], self.l[..., c:]
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -135,8 +141,7 @@ class _FlashAttention(torch.autograd.Function):
         # views for each height of query tile (the full one and a ragged last one)
         key_tiles = [(j0, k1[:, j0 : j0 + bk], vt[:, :, j0 : j0 + bk]) for j0 in range(0, S, bk)]
         ones = torch.ones(BH, 1, width, dtype=acc_dtype, device=q.device)
-        scores_buf = new(BH * rows * width)
-        buffers = (scores_buf, new(BH * rows * (D + 1)), new(BH * rows * Dv), new(BH * rows))
+        buffers = (new(BH * rows * width), new(BH * rows * (D + 1)), new(BH * rows * Dv), new(BH * rows), ones)
         query_tile = lru_cache(maxsize=2)(partial(_QueryTile, buffers, (B, H_kv, G, D, Dv, width)))
         k0 = k1[:, :1, :D]
         # First pass: m stays (no row max, no rescale): any m gives the same softmax
@@ -157,13 +162,13 @@ class _FlashAttention(torch.autograd.Function):
                 for j0, k_j, vt_j in key_tiles:
                     if j0 >= k_end:  # causal: the rest lies in the future
                         break
-                    a, w, s, ones_j, q1t_j, acc_j, l_j = i0, k_j.shape[1], t.scores, ones, t.q1t, t.acc, t.l
+                    a, w = i0, k_j.shape[1]
                     if causal and j0 + w - 1 > i0 + offset:  # a diagonal tile: cut to the part seen
-                        a, w = max(i0, j0 - offset), min(w, k_end - j0)  # first query to see key j0; keys seen
-                        c = (a - i0) * G
-                        k_j, vt_j, q1t_j, acc_j, l_j = k_j[:, :w], vt_j[..., :w], t.q1t[..., c:], t.acc[..., c:], t.l[..., c:]
-                    if w < width or a > i0:
-                        s, ones_j = _tile(scores_buf, BH, w, (i1 - a) * G), ones[..., :w]
+                        a = max(i0, j0 - offset)  # the first query that sees key j0
+                        if k_end - j0 < w:  # the keys the last query sees
+                            w = k_end - j0
+                            k_j, vt_j = k_j[:, :w], vt_j[..., :w]
+                    s, ones_j, q1t_j, acc_j, l_j = t.part(a - i0, w)
                     torch.bmm(k_j, q1t_j, out=s)  # S^T - m = scale k.q - m, (BH, keys, queries)
                     mask = visible(i1 - a, w, a + offset - j0) if causal and j0 + w - 1 > a + offset else None
                     if exact:  # m_new = max(m, colmax(S^T)); old l and acc rescaled by exp(m - m_new)
