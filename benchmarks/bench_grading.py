@@ -47,7 +47,8 @@ sys.path.insert(0, str(REPO))
 
 from autograder.core.assignments import ASSIGNMENTS  # noqa: E402
 from autograder.core.cells import grade_id, is_solution  # noqa: E402
-from autograder.host.release import generate, solved  # noqa: E402
+from autograder.host.release import generate  # noqa: E402
+from tests.notebooks import solved  # noqa: E402
 
 
 def make_class(root, assignment, course, n):

@@ -10,7 +10,6 @@ accept plain Python functions, which is how the test suite exercises them.
 
 import contextlib
 import functools
-import inspect
 import re
 import warnings
 from dataclasses import dataclass
@@ -217,15 +216,6 @@ def expect_value_error(fn, *args, what, argument, mistake=None, **kwargs):
         fail(f"{what} must raise ValueError for an invalid {argument}, "
              f"it raised {type(err).__name__}.{named}")
     fail(f"{what} must raise ValueError for an invalid {argument}, it returned normally.{named}")
-
-
-def accepts(fn, *args, **kwargs):
-    """True if a local ``fn`` can be called with these arguments (remote functions: True)."""
-    try:
-        inspect.signature(fn).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def measure(fn, *args, what):

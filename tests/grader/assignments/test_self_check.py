@@ -26,7 +26,8 @@ from test_checks import KNOWN, MUTANTS
 
 from autograder.checks._common import diagnosis_key
 from autograder.core.cells import grade_id, is_solution, is_test_cell, visible_source
-from autograder.host.release import generate, is_self_check_cell, selfcheck_bank, solution_source
+from autograder.host.release import generate, is_self_check_cell, selfcheck_bank
+from notebooks import solution_source
 from autograder.sandbox.launcher import unavailable_reason
 from autograder.selfcheck import SelfCheck
 

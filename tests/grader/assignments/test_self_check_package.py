@@ -267,7 +267,7 @@ def test_generate_refuses_a_bad_self_check_setting_in_one_line(tmp_path):
 def test_the_check_cells_are_not_flagged_as_student_code(aid):
     """The audit flags student code that mentions the grader; the course's own check cells,
     handed in unchanged, must not make every honest submission suspicious."""
-    from autograder.host.release import solved
+    from notebooks import solved
     from autograder.worker.audit import audit
 
     release = nbformat.read(ROOT / "release" / aid / f"{aid}.ipynb", 4)
