@@ -79,10 +79,10 @@ def test_the_resolver_sees_relative_function_level_and_package_imports(tmp_path)
     planted = tmp_path / "autograder" / "worker" / "planted.py"
     planted.parent.mkdir(parents=True)
     planted.write_text("import os\nfrom ..host import driver\n"
-                       "def f():\n    from ..judge.execute import Spare\n    from . import audit\n")
+                       "def f():\n    from ..judge.execute import SpareKernel\n    from . import audit\n")
     assert imports(planted, root=tmp_path) == {
         "os", "autograder.host", "autograder.host.driver", "autograder.judge.execute",
-        "autograder.judge.execute.Spare",
+        "autograder.judge.execute.SpareKernel",
         "autograder.worker", "autograder.worker.audit"}
 
 
