@@ -118,18 +118,18 @@ MISTAKES = {
     "flash_attention": (
         Mistake("flash-no-scale", "the scores are not divided by sqrt(D).",
                 "Scale each tile's scores by 1 / sqrt(D) (D = head_dim) before the running max.",
-                lambda q, k, v, causal, *tiles: ref.scaled_dot_product_attention(
+                lambda q, k, v, causal, *_tiles: ref.scaled_dot_product_attention(
                     q, k, v, ref.causal_mask(q.shape[-2], k.shape[-2]) if causal else None, scale=1.0)),
         Mistake("flash-top-left-tiles", "the causal mask is aligned top-left (query i sees keys 0 .. i) when T < S.",
                 "Align it bottom-right: query i sees key j iff j <= i + S - T, in every tile.",
-                lambda q, k, v, causal, *tiles: ref.scaled_dot_product_attention(
+                lambda q, k, v, causal, *_tiles: ref.scaled_dot_product_attention(
                     q, k, v, np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool)) if causal else None)),
         Mistake("flash-no-acc-rescale", "the accumulator is not rescaled when the running max grows (only l is).",
                 "When m grows to m_new, multiply both l and the accumulator by exp(m - m_new) before adding the tile.",
                 lambda q, k, v, causal, block_q, block_k: _tiled(q, k, v, causal, block_q, block_k, rescale_acc=False)),
         Mistake("flash-no-final-division", "the accumulator is returned without dividing it by the normaliser l.",
                 "After the last key tile, divide each row's accumulator by its l (rows with l = 0 stay 0).",
-                lambda q, k, v, causal, *tiles: _flash_like(q, k, v, _flash_mask(q.shape[-2], k.shape[-2], causal),
+                lambda q, k, v, causal, *_tiles: _flash_like(q, k, v, _flash_mask(q.shape[-2], k.shape[-2], causal),
                                                             divide=False)),
         Mistake("flash-drops-ragged-tile", "the key loop stops before the last, shorter tile: the last S % block_k keys "
                 "are never seen.", "Loop over range(0, S, block_k) and clip each tile's end to S: "

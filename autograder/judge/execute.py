@@ -288,12 +288,10 @@ class LimitedExecute(Execute):
         self._channel = judge.Channel(None, self._deadline, self.measure_call,
                                       clock=self._clock)  # see _judge
         self._namespace = judge.RemoteNamespace(self._channel)
-        self._index = 0
         done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
         self._start()  # or KernelStartError, the host's fault: no cell of the student is scored
         try:
             for index, cell in enumerate(self.nb.cells):
-                self._index = index
                 if cell.cell_type != "code" or not cell.source.strip():
                     continue
                 remaining = self._deadline - self._clock()

@@ -170,7 +170,7 @@ def _remote_graph(torch, channel, handle, out, inputs):
 
     class RemoteVJP(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, *tensors):
+        def forward(ctx, *_tensors):
             return out.detach().clone()
 
         @staticmethod
