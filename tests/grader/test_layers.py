@@ -187,10 +187,10 @@ def test_the_grader_holds_no_server_and_never_imports_the_book_build():
 
 
 def test_the_readme_names_the_process_of_every_grader_module():
-    """autograder/README.md's layout table names every module in its folder's row, so a
+    """CONTRIBUTING.md's layout table names every module in its folder's row, so a
     newcomer can tell from the table which process runs any file (``checks/`` is named as a
     folder: each of its modules is a check that test cells import)."""
-    text = (GRADER / "README.md").read_text()
+    text = (ROOT / "CONTRIBUTING.md").read_text()
     table = text[text.index("## How the code is laid out"):text.index("## How a grade travels")]
     rows = {}
     for line in table.splitlines():
