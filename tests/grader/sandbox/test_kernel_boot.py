@@ -86,7 +86,7 @@ def test_the_kernel_runs_the_boot_code_without_its_docstring(kernel):
     path = Path(__file__).resolve().parents[3] / "autograder" / "kernel" / "boot.py"
     module = ast.parse(path.read_text())
     docstring = ast.get_docstring(module, clean=False)
-    assert docstring and len(docstring) > 1000  # the premise: there is a docstring to leave out
+    assert docstring  # the premise: there is a docstring to leave out
     shipped = ast.parse(boot_source())
     assert ast.get_docstring(shipped) is None
     assert ast.dump(shipped) == ast.dump(ast.Module(module.body[1:], module.type_ignores))
