@@ -23,7 +23,7 @@ Kinds:
   so that the dependency's optional import of it in the module ``names[0]`` takes its path
   without it.
 
-This module imports nothing: it is a list.
+This module is a list: it imports none of the modules it names.
 """
 
 from dataclasses import dataclass
