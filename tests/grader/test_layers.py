@@ -79,10 +79,10 @@ def test_the_resolver_sees_relative_function_level_and_package_imports(tmp_path)
     planted = tmp_path / "autograder" / "worker" / "planted.py"
     planted.parent.mkdir(parents=True)
     planted.write_text("import os\nfrom ..host import driver\n"
-                       "def f():\n    from ..judge.execute import Spare\n    from . import audit\n")
+                       "def f():\n    from ..judge.execute import SpareKernel\n    from . import audit\n")
     assert imports(planted, root=tmp_path) == {
         "os", "autograder.host", "autograder.host.driver", "autograder.judge.execute",
-        "autograder.judge.execute.Spare",
+        "autograder.judge.execute.SpareKernel",
         "autograder.worker", "autograder.worker.audit"}
 
 
@@ -154,12 +154,13 @@ def test_nothing_outside_tests_imports_tests(folder):
 
 
 def test_top_level_modules_and_benchmarks_import_no_tests_but_the_servers():
-    # the benchmarks measure against the same throwaway PostgreSQL and Dask servers as the tests
+    # the benchmarks measure against the same throwaway PostgreSQL and Dask servers as the tests,
+    # and hand in the same solved notebooks (tests/notebooks.py)
     root_modules = [(path.name, name) for path in sorted(ROOT.glob("*.py")) for name in sorted(imports(path))
                     if top(name) in TEST_HELPERS]
     assert root_modules == []
     assert violations(ROOT / "benchmarks", lambda n: top(n) not in TEST_HELPERS
-                      or n.split(".")[:2] == ["tests", "servers"]) == []
+                      or n.split(".")[:2] in (["tests", "servers"], ["tests", "notebooks"])) == []
 
 
 # Modules that serve: a test server (the formgrader's, JupyterLab's, PostgreSQL, Dask) lives in
@@ -186,10 +187,10 @@ def test_the_grader_holds_no_server_and_never_imports_the_book_build():
 
 
 def test_the_readme_names_the_process_of_every_grader_module():
-    """autograder/README.md's layout table names every module in its folder's row, so a
+    """CONTRIBUTING.md's layout table names every module in its folder's row, so a
     newcomer can tell from the table which process runs any file (``checks/`` is named as a
     folder: each of its modules is a check that test cells import)."""
-    text = (GRADER / "README.md").read_text()
+    text = (ROOT / "CONTRIBUTING.md").read_text()
     table = text[text.index("## How the code is laid out"):text.index("## How a grade travels")]
     rows = {}
     for line in table.splitlines():
