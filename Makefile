@@ -17,7 +17,7 @@ help:
 	@echo "make book   build the website into _build/html (chapters executed, cached)"
 	@echo "make test   build the book, then run the whole test suite"
 	@echo "make test-fast  library and autograder-check tests only (no book, browser or grading runs)"
-	@echo "make lint   ruff check (rules and exclusions in pyproject.toml [tool.ruff])"
+	@echo "make lint   ruff, vulture (dead code) and, where installed, duplicates (pyproject.toml)"
 	@echo "make bench  run the benchmark scripts and print their tables"
 	@echo "make clean  remove the build output (keeps .venv)"
 
@@ -83,8 +83,15 @@ test-fast: $(STAMP)
 		--ignore=tests/book/test_book.py --ignore=tests/book/test_site_browser.py \
 		--ignore=tests/grader/test_grading_e2e.py
 
+# ruff (rules in pyproject.toml [tool.ruff]); vulture, the dead-code check, which fails on any
+# finding (paths and confidence in [tool.vulture], names used where it cannot see in
+# vulture_whitelist.py); then, where the team's `duplicates` is on PATH, the places that repeat
+# six or more lines (a list to read, never a failure).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/vulture
+	@if command -v duplicates >/dev/null 2>&1; then duplicates; \
+	else echo "duplicates is not on PATH: the repeated-code listing is skipped"; fi
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done

@@ -16,9 +16,7 @@ One folder per process, so a file's path says where its code runs and what it ma
 * ``checks/``: the hidden tests' checks, imported by test cells in the judge.
 
 Importing this package imports nothing else (the sandbox launcher imports it on every kernel
-start). Module paths that instructors' nbgrader configurations name from before the layout
-(``autograder.execute``, ``autograder.kernel_manager``, ``autograder.nbgrader_config``)
-still import, as the modules that replaced them.
+start).
 """
 
 import sys
@@ -27,34 +25,3 @@ import sys
 # formats, which notebooks never use; building its grammar costs seconds of CPU
 # in every process that imports nbformat. Mark it absent before nbformat loads.
 sys.modules.setdefault("rfc3987_syntax", None)
-
-MOVED = {  # old module path -> the module that replaced it
-    "autograder.execute": "autograder.judge.execute",
-    "autograder.kernel_manager": "autograder.judge.kernel_manager",
-    "autograder.nbgrader_config": "autograder.core.nbgrader_config",
-}
-
-
-class _MovedModules:
-    """Import finder that answers an old module path with the module that replaced it."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name not in MOVED:
-            return None
-        from importlib.machinery import ModuleSpec
-
-        return ModuleSpec(name, _MovedModules)
-
-    @staticmethod
-    def create_module(spec):
-        from importlib import import_module
-
-        return import_module(MOVED[spec.name])
-
-    @staticmethod
-    def exec_module(module):
-        pass
-
-
-sys.meta_path.append(_MovedModules)

@@ -47,7 +47,8 @@ sys.path.insert(0, str(REPO))
 
 from autograder.core.assignments import ASSIGNMENTS  # noqa: E402
 from autograder.core.cells import grade_id, is_solution  # noqa: E402
-from autograder.host.release import generate, solved  # noqa: E402
+from autograder.host.release import generate  # noqa: E402
+from tests.notebooks import solved  # noqa: E402
 
 
 def make_class(root, assignment, course, n):
@@ -364,7 +365,7 @@ def profile_assignment(assignment, measured=3):
     from autograder.core.limits import Limits
     from autograder.core.nbgrader_config import prepare_nbgrader
     from autograder.host import driver
-    from autograder.judge.execute import Spare
+    from autograder.judge.execute import SpareKernel
     from autograder.core.grading_run import make_socket_root
     from autograder.sandbox.cgroups import RUN_ENV, kill_run_cgroups
     from autograder.core.grading_run import Settings
@@ -410,7 +411,7 @@ def profile_assignment(assignment, measured=3):
             after = profile.snapshot()
         finally:
             profile.grading = False
-            Spare.discard()
+            SpareKernel.discard()
             kill_run_cgroups(run_id)
             shutil.rmtree(sockets, ignore_errors=True)
             sys.stdout.flush()

@@ -156,7 +156,7 @@ def download_path(pagename):
     return f"{pagename.rsplit('/', 1)[0]}/{chapter_notebook.download_name(pagename)}"
 
 
-def add_ipynb_download(app, pagename, templatename, context, doctree):
+def add_ipynb_download(app, pagename, _templatename, context, doctree):
     """``html-page-context`` handler; runs before the theme builds its buttons (priority 400).
 
     Chapters only: ``run-yourself.md`` also executes (its commands are computed), but with
@@ -169,7 +169,7 @@ def add_ipynb_download(app, pagename, templatename, context, doctree):
         context["ipynb_source"] = download_path(pagename)
 
 
-def point_button_at_download(app, pagename, templatename, context, doctree):
+def point_button_at_download(app, pagename, _templatename, context, doctree):
     """``html-page-context``, after the theme (601): its notebook button names our file even
     where a launch button made the theme copy MyST-NB's notebook under the page's own name."""
     if doctree is None or not context.get("ipynb_source"):
@@ -187,7 +187,7 @@ def point_button_at_download(app, pagename, templatename, context, doctree):
     visit(context.get("header_buttons", []))
 
 
-def write_ipynb_download(app, pagename, templatename, context, doctree):
+def write_ipynb_download(app, pagename, _templatename, context, doctree):
     """``html-page-context`` (900): write the chapter's download (``scripts/chapter_notebook.py``)."""
     if doctree is None or not pagename.startswith("chapters/") or not context.get("ipynb_source"):
         return
@@ -284,7 +284,7 @@ BIBLIOENTRY_ROLE = ' role="doc-biblioentry"'
 HIDDEN_CELL_SUMMARY = '<summary aria-label="Toggle hidden content">'
 
 
-def fix_aria(app, pagename, templatename, context, doctree):
+def fix_aria(app, pagename, _templatename, context, doctree):
     """Bibliography entries as list items; code-cell toggles named by their visible text."""
     if "body" in context:
         body = context["body"].replace(BIBLIOENTRY_ROLE, ' role="listitem"')

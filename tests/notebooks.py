@@ -1,9 +1,10 @@
 """Helpers shared by the assignment tests: where the notebooks are, and how to read them.
 
-Not a test module: the assignment tests import it, and every test that hands in a solved
-notebook takes :func:`solved` from here (it is :mod:`autograder.host.release`'s).
+Not a test module: the assignment tests import it, and every test (and benchmark) that hands
+in a solved notebook takes :func:`solved` from here.
 """
 
+import copy
 import re
 import sys
 from pathlib import Path
@@ -14,14 +15,33 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the grader-only checks are not installed, they live in the repo
     sys.path.insert(0, str(ROOT))
 from autograder.core.assignments import REGISTRY  # noqa: E402 - the registry
-from autograder.core.cells import nbgrader_meta  # noqa: E402
-from autograder.host.release import solution_source, solved  # noqa: E402,F401 - for the tests
+from autograder.core.cells import grade_id, is_solution, nbgrader_meta, visible_source  # noqa: E402
 
 # assignments that run on the course's lock alone (07-flash-triton, which needs triton, has its
 # own test module)
 ASSIGNMENTS = [a.id for a in REGISTRY if not a.needs]
 FORBIDDEN_MARKERS = ["BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
                      "autograder.checks", "_checks.check_"]
+
+
+def solution_source(source):
+    """A solution cell's source as a student who solved it hands it in: without hidden tests
+    and without the ``### BEGIN/END SOLUTION`` marker lines."""
+    return "\n".join(line for line in visible_source(source).splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def solved(release, source, parts=None):
+    """A copy of the student version ``release`` with the solutions of the instructor's
+    ``source`` notebook in its solution cells (code and written answers): those whose grade id
+    is in ``parts``, or all of them. What a student who solved the assignment hands in (the
+    tests' and the benchmarks' classes are made of it)."""
+    answers = {grade_id(c): solution_source(c.source) for c in source.cells if is_solution(c)}
+    nb = copy.deepcopy(release)
+    for cell in nb.cells:
+        if grade_id(cell) in answers and (parts is None or grade_id(cell) in parts):
+            cell.source = answers[grade_id(cell)]
+    return nb
 
 
 def source_path(aid):

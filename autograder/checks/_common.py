@@ -5,12 +5,12 @@ The checks run in the trusted grading worker, never in the student's kernel
 call sends the inputs (chosen here) into the sandboxed kernel and brings back
 only the outputs. ``@hidden_test`` silences warnings in the worker and leaves
 verdicts as ``AssertionError`` messages written for the student. The checks also
-accept plain Python functions, which is how the test suite exercises them.
+accept plain Python functions, which is how the test suite exercises them, except where they
+measure memory (:func:`measure`: only the judge's functions can be measured).
 """
 
 import contextlib
 import functools
-import inspect
 import re
 import warnings
 from dataclasses import dataclass
@@ -219,44 +219,30 @@ def expect_value_error(fn, *args, what, argument, mistake=None, **kwargs):
     fail(f"{what} must raise ValueError for an invalid {argument}, it returned normally.{named}")
 
 
-def accepts(fn, *args, **kwargs):
-    """True if a local ``fn`` can be called with these arguments (remote functions: True)."""
-    try:
-        inspect.signature(fn).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def measure(fn, *args, what):
-    """``(output, peak extra bytes)`` of one call of the student's ``fn``.
+    """``(output, peak extra bytes)`` of one call of the student's ``fn``, on the grader's meter.
 
-    A remote function is measured from outside a fresh sandboxed kernel (the peak of
-    its cgroup's memory from before any student code ran until the output was encoded:
-    NumPy, torch, threads, child processes and files alike); a grading host that cannot
-    measure that raises its own error, which fails the test as the host's fault. A local
-    function (the test suite's) is measured with ``tracemalloc``.
+    Memory has one meter: ``fn.measure``, from the judge. A remote function is measured from
+    outside a fresh sandboxed kernel (the peak of its cgroup's memory from before any student
+    code ran until the output was encoded: NumPy, torch, threads, child processes and files
+    alike); a grading host that cannot measure that raises its own error, which fails the test
+    as the host's fault. A function in the learner's own kernel (the self-check) cannot be
+    measured that way: its peak is None, and the check judges its output alone. A function
+    without ``measure`` (not handed over by the judge) is the caller's error: ``TypeError``.
     """
-    if hasattr(fn, "measure"):
-        try:
-            return fn.measure(*args)
-        except CheckFailure:
-            raise
-        except NotImplementedError:
-            fail(f"{what} is not implemented yet (it raised NotImplementedError).")
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "host_fault", False):  # the grading host cannot measure: not a verdict
-                raise
-            fail(f"{what} raised {type(err).__name__}: {err}")
-    import tracemalloc
-
-    args = tuple(_copy(a) for a in args)
-    tracemalloc.start()
+    if not hasattr(fn, "measure"):
+        raise TypeError(f"{what}: memory is measured only through the judge (a function it hands "
+                        "over, with its measure method), not on a plain function")
     try:
-        out = call(fn, *args, what=what, copy_inputs=False)
-        return out, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+        return fn.measure(*args)
+    except CheckFailure:
+        raise
+    except NotImplementedError:
+        fail(f"{what} is not implemented yet (it raised NotImplementedError).")
+    except Exception as err:  # noqa: BLE001
+        if getattr(err, "host_fault", False):  # the grading host cannot measure: not a verdict
+            raise
+        fail(f"{what} raised {type(err).__name__}: {err}")
 
 
 def _copy(value):

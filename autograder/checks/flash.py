@@ -4,7 +4,8 @@ Tolerances follow the dtype the student's function returns: float64 rtol 1e-7,
 atol 1e-9 (the online rescaling changes the summation order, float64 keeps that
 far below 1e-9); an honest float32 computation gets rtol 1e-4, atol 1e-5. Memory
 is measured from outside the student's kernel (the memory peak of a fresh
-sandboxed kernel's cgroup during the call, see ``_common.measure``): the tiled
+sandboxed kernel's cgroup during the call, see ``_common.measure``; the self-check, which
+cannot measure it, judges the result only): the tiled
 functions must stay far below the size of the full T x S score matrix, whatever
 they compute with. A memory check first requires the result of that run to be
 correct, so a function that computes nothing earns no memory points.
@@ -118,18 +119,18 @@ MISTAKES = {
     "flash_attention": (
         Mistake("flash-no-scale", "the scores are not divided by sqrt(D).",
                 "Scale each tile's scores by 1 / sqrt(D) (D = head_dim) before the running max.",
-                lambda q, k, v, causal, *tiles: ref.scaled_dot_product_attention(
+                lambda q, k, v, causal, *_tiles: ref.scaled_dot_product_attention(
                     q, k, v, ref.causal_mask(q.shape[-2], k.shape[-2]) if causal else None, scale=1.0)),
         Mistake("flash-top-left-tiles", "the causal mask is aligned top-left (query i sees keys 0 .. i) when T < S.",
                 "Align it bottom-right: query i sees key j iff j <= i + S - T, in every tile.",
-                lambda q, k, v, causal, *tiles: ref.scaled_dot_product_attention(
+                lambda q, k, v, causal, *_tiles: ref.scaled_dot_product_attention(
                     q, k, v, np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool)) if causal else None)),
         Mistake("flash-no-acc-rescale", "the accumulator is not rescaled when the running max grows (only l is).",
                 "When m grows to m_new, multiply both l and the accumulator by exp(m - m_new) before adding the tile.",
                 lambda q, k, v, causal, block_q, block_k: _tiled(q, k, v, causal, block_q, block_k, rescale_acc=False)),
         Mistake("flash-no-final-division", "the accumulator is returned without dividing it by the normaliser l.",
                 "After the last key tile, divide each row's accumulator by its l (rows with l = 0 stay 0).",
-                lambda q, k, v, causal, *tiles: _flash_like(q, k, v, _flash_mask(q.shape[-2], k.shape[-2], causal),
+                lambda q, k, v, causal, *_tiles: _flash_like(q, k, v, _flash_mask(q.shape[-2], k.shape[-2], causal),
                                                             divide=False)),
         Mistake("flash-drops-ragged-tile", "the key loop stops before the last, shorter tile: the last S % block_k keys "
                 "are never seen.", "Loop over range(0, S, block_k) and clip each tile's end to S: "
@@ -247,7 +248,7 @@ def check_flash_memory(flash_attention):
         out, peak = measure(flash_attention, q, k, v, True, 64, 64, what=what)
     _assert_correct_for_memory(out, _reference_by_rows(q, k, v, ref.causal_mask(T, T)), what,
                                suspects(MISTAKES["flash_attention"], q, k, v, True, 64, 64))
-    if peak > T * T * 8 // 2:
+    if peak is not None and peak > T * T * 8 // 2:
         fail(f"flash_attention (T = S = {T}, 64 x 64 tiles) allocated {peak / 2**20:.1f} MiB at "
              f"peak; the full score matrix is {T * T * 8 / 2**20:.0f} MiB. Work tile by tile "
              "and never build a T x S array.")
@@ -285,7 +286,7 @@ def check_sliding_window_memory(sliding_window_attention):
         out, peak = measure(sliding_window_attention, q, k, v, W, what=what)
     _assert_correct_for_memory(out, _reference_by_rows(q, k, v, ref.sliding_window_mask(T, W)), what,
                                suspects(MISTAKES["sliding_window_attention"], q, k, v, W))
-    if peak > T * T * 8 // 8:
+    if peak is not None and peak > T * T * 8 // 8:
         fail(f"sliding_window_attention (T = {T}, window = {W}) allocated {peak / 2**20:.1f} MiB "
              f"at peak; the full score matrix is {T * T * 8 / 2**20:.0f} MiB. Only compute the "
              "scores of the window keys.")

@@ -271,10 +271,9 @@ def make_scratch(db_url):
 
     For a worker's scratch gradebook only: a copy of the run's template, made afresh when the
     worker starts, read by nobody else, and thrown away at the end of the run, so a commit
-    need not survive a crash. nbgrader commits about 30 times per autograded notebook; each
-    commit waited for two ``fsync`` calls and wrote and deleted a journal file (1.2 ms of wall
-    time, 0.4 ms of CPU, on this project's build machine; 0.03 ms with
-    ``synchronous=OFF`` and the journal in memory). A transaction still rolls back whole.
+    need not survive a crash: its connections run with ``synchronous=OFF`` and the rollback
+    journal in memory. A transaction still rolls back whole. (What it saves per notebook is in
+    ``benchmarks/README.md``.)
     """
     from sqlalchemy import event
 

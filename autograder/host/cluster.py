@@ -35,10 +35,9 @@ from .schedule import TransportError, failed, parse_result
 
 CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
 RUN_TIMEOUT = 60      # seconds every worker has to answer a function run on it (client.run)
-# Tasks the cluster holds at once, per worker thread. One: a worker then holds only the
-# submission it grades. A second task waiting on the same worker would count as "suspicious"
-# when that worker dies, so an honest submission queued behind two worker-killing ones would
-# be failed for them (allowed-failures 1).
+# Tasks the cluster holds at once, per worker thread. One: a worker holds only the submission
+# it grades, so a worker's death (which Dask blames on every task the worker holds, with
+# allowed-failures 1) is blamed on that submission alone.
 IN_FLIGHT_PER_THREAD = 1
 
 
@@ -47,13 +46,11 @@ def grading_task(key, *args):
     producer*, which makes the scheduler queue it (``worker-saturation 1.0``) until a worker
     has a free thread.
 
-    A task not so marked goes straight to a worker, busy or not: when a worker dies, the
-    task it ran is sent at once to a worker that is still grading (its replacement has
-    not started yet), waits there behind that worker's submission, and is blamed when that
-    worker dies too. Queued on the scheduler it waits for a free thread instead, so a
-    worker holds only what it runs, also while its nanny replaces a killed one.
-    ``dask._task_spec.Task`` is how Dask itself marks such tasks (its ``_data_producer``
-    flag, read by ``Scheduler.is_rootish``); ``Client.submit`` has no argument for it.
+    The rule: a worker holds only the task it runs, also while its nanny replaces a killed
+    worker, so a task is never blamed for a death behind which it merely waited. Dask
+    queues on the scheduler only tasks that ``Scheduler.is_rootish`` accepts; a task marked
+    with ``dask._task_spec.Task``'s ``_data_producer`` flag is one (``Client.submit`` has no
+    argument for it), whatever the size of its group.
     """
     from dask._task_spec import Task
 

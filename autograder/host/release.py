@@ -110,26 +110,6 @@ def stale_notebooks(assignment, root="."):
         return stale
 
 
-def solution_source(source):
-    """A solution cell's source as a student who solved it hands it in: without hidden tests
-    and without the ``### BEGIN/END SOLUTION`` marker lines."""
-    return "\n".join(line for line in visible_source(source).splitlines()
-                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
-
-
-def solved(release, source, parts=None):
-    """A copy of the student version ``release`` with the solutions of the instructor's
-    ``source`` notebook in its solution cells (code and written answers): those whose grade id
-    is in ``parts``, or all of them. What a student who solved the assignment hands in (the
-    tests' and the benchmarks' classes are made of it)."""
-    answers = {grade_id(c): solution_source(c.source) for c in source.cells if is_solution(c)}
-    nb = copy.deepcopy(release)
-    for cell in nb.cells:
-        if grade_id(cell) in answers and (parts is None or grade_id(cell) in parts):
-            cell.source = answers[grade_id(cell)]
-    return nb
-
-
 # -- the self-check -------------------------------------------------------------------------
 def is_self_check_cell(cell):
     """A self-check cell of a source or student notebook (its set-up or a part's check)."""

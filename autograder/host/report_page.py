@@ -15,7 +15,7 @@ the figures draw their text, axes and first series in placeholder colours that b
 variables (:data:`INK` ...), so one SVG serves both.
 
 Phones: a figure is :data:`FIG_WIDTH_IN` wide and its smallest text :data:`MIN_TEXT_PT`; a
-390 px phone shows it at least at 12 px (:func:`phone_text_px`). Legends sit above the plot,
+390 px phone shows it at least at 12 px. Legends sit above the plot,
 never over its data. Every column of every table is on the screen, with no scroller: beside
 its figure when the table fits there at its natural width, else below it at the page's full
 width (a flex row that wraps: the table's box asks for its natural width); on a screen
@@ -49,12 +49,6 @@ PHONE_COLUMN_PX = 358       # 390 px less the page's 16 px margins
 INK, GRID, ACCENT = "#010203", "#040506", "#070809"
 SECOND = OKABE_ITO[1]       # orange: readable on the light and the dark background
 MISSING_COLOUR = "#9e9e9e"
-
-
-def phone_text_px(width_in=FIG_WIDTH_IN, text_pt=MIN_TEXT_PT, column_px=PHONE_COLUMN_PX):
-    """CSS pixels of ``text_pt`` text in a figure ``width_in`` wide shown in ``column_px``."""
-    natural_px = width_in * 96
-    return text_pt * 96 / 72 * min(1.0, column_px / natural_px)
 
 
 LABEL_CHARS = 18            # longer tick labels are cut (the table with it has them whole)

@@ -62,7 +62,7 @@ def events(nb):
     notebook, cell, grade_id, kind, detail."""
     return list(nb.metadata.get(EVENTS_KEY, {}).get("events", []))
 
-PROBE_SECONDS = 2.0  # how long an interrupted kernel may take to answer again
+NO_OP_REPLY_SECONDS = 2.0  # how long a kernel (just interrupted) may take to answer a no-op
 REPLY_SLICE = 0.5    # a wait for a reply looks at the charged clock (and the kernel) this often
 
 
@@ -158,13 +158,15 @@ def output_size(content):
     return sum(len(str(value)) for value in content.get("data", {}).values())
 
 
-class Spare:
+class SpareKernel:
     """One started, never-used kernel per process, ready for the next notebook.
 
     A grading worker runs notebook after notebook: while one is graded, the next
     kernel starts (it is a separate process, so its start-up overlaps the grading),
     and nothing of any student has entered it when it is taken. Only the driver's
-    workers keep a spare (``LimitedExecute.spare_kernel``); :meth:`discard` kills it.
+    workers keep a spare (``LimitedExecute.spare_kernel``): :meth:`take` hands it out (or
+    None), :meth:`hold` makes a kernel the spare (discarding one held before), :meth:`discard`
+    kills it.
 
     No kernel is started for nothing: the worker's preflight kernel is the first spare
     (:func:`autograder.worker.pipeline.preflight`), and a kernel taken launches the next
@@ -183,7 +185,7 @@ class Spare:
         return km
 
     @classmethod
-    def keep(cls, km):
+    def hold(cls, km):
         cls.discard()
         cls.km = km
 
@@ -286,12 +288,10 @@ class LimitedExecute(Execute):
         self._channel = judge.Channel(None, self._deadline, self.measure_call,
                                       clock=self._clock)  # see _judge
         self._namespace = judge.RemoteNamespace(self._channel)
-        self._index = 0
         done = self._done = []  # indices of code cells that ran; replayed into a fresh kernel
         self._start()  # or KernelStartError, the host's fault: no cell of the student is scored
         try:
             for index, cell in enumerate(self.nb.cells):
-                self._index = index
                 if cell.cell_type != "code" or not cell.source.strip():
                     continue
                 remaining = self._deadline - self._clock()
@@ -478,16 +478,16 @@ class LimitedExecute(Execute):
 
     def _launched(self):
         """The spare kernel if there is a live one, else a new one; then launch the next spare
-        if another notebook will want it (:attr:`Spare.wanted`; a spare that cannot launch is
+        if another notebook will want it (:attr:`SpareKernel.wanted`; a spare that cannot launch is
         left out: the next notebook launches its own)."""
-        km = Spare.take() if self.spare_kernel else None
+        km = SpareKernel.take() if self.spare_kernel else None
         if km is None or not run_sync(km.is_alive)():
             if km is not None:
                 _shut(km)  # a dead spare
             km = self._launch()
-        if self.spare_kernel and Spare.wanted:
+        if self.spare_kernel and SpareKernel.wanted:
             try:
-                Spare.keep(self._launch())
+                SpareKernel.hold(self._launch())
             except Exception as error:  # noqa: BLE001 - this notebook's kernel is up
                 self.log.warning("spare kernel: %s", error)
         return km
@@ -612,7 +612,7 @@ class LimitedExecute(Execute):
     def hand_over(self):
         """The kernel manager of the kernel :meth:`_start` started, this client's channels
         closed, for another executor to take (the preflight's kernel, which has run nothing
-        but ``kernel_info``, becomes the first notebook's: :class:`Spare`); this executor
+        but ``kernel_info``, becomes the first notebook's: :class:`SpareKernel`); this executor
         forgets it."""
         km, kc = self.km, self.kc
         self.km, self.kc = None, None
@@ -659,7 +659,7 @@ class LimitedExecute(Execute):
             pass
         try:
             msg_id = self.kc.execute("", silent=True, store_history=False)
-            return self._reply(msg_id, PROBE_SECONDS) is not None
+            return self._reply(msg_id, NO_OP_REPLY_SECONDS) is not None
         except Exception:
             return False
 

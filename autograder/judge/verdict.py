@@ -25,10 +25,11 @@ in (:mod:`autograder.selfcheck`): :class:`LocalNamespace` and :class:`LocalFunct
 the student's functions in the learner's own kernel (in-process) instead of through the
 probe, so the same test cells, checks, verdicts and messages (:func:`verdict_message`) run
 there. A local function's exception is turned into the one the grader would see
-(:func:`student_exception`); its memory is measured with ``tracemalloc`` and recorded, to be
-shown as a local figure (the graded one is the sandbox's). A memory test measures a
-fresh sandboxed kernel from outside (its cgroup's memory peak over a window that
-opens before any student code runs there), see :meth:`RemoteFunction.measure`.
+(:func:`student_exception`). Memory has one meter, the grader's: a memory test measures a
+fresh sandboxed kernel from outside (its cgroup's memory peak over a window that opens
+before any student code runs there), see :meth:`RemoteFunction.measure`. A learner's kernel
+has no such window, so a local function's call is not measured (its peak is None): the
+check judges its output alone, and the self-check says the memory is measured when graded.
 Each reply to a call also says whether PyTorch's SDPA ran during it; the channel
 keeps that as flags of the cell (:func:`sdpa_flags`), which never change a score.
 """
@@ -170,7 +171,7 @@ def _remote_graph(torch, channel, handle, out, inputs):
 
     class RemoteVJP(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, *tensors):
+        def forward(ctx, *_tensors):
             return out.detach().clone()
 
         @staticmethod
@@ -292,8 +293,8 @@ class LocalFunction:
     go through the probe's codec (:func:`over_the_wire`; a call that differentiates keeps its
     tensors, as :class:`RemoteFunction`'s graph does), and an exception of the student's code
     becomes the one the grader rebuilds from the probe's reply (:func:`student_exception`).
-    :meth:`measure` measures one call with ``tracemalloc`` and records it in ``log`` (a local
-    figure, not the graded one); ``log`` also records every call (``("call", name)``).
+    :meth:`measure` calls it unmeasured (peak None: memory has the sandbox's meter only) and
+    records ``("memory", name)`` in ``log``; ``log`` also records every call (``("call", name)``).
     """
 
     def __init__(self, fn, name, log):
@@ -327,18 +328,10 @@ class LocalFunction:
         return out, tuple(args)
 
     def measure(self, *args, **kwargs):
-        """``(output, peak bytes that Python allocated during the call)``, recorded in ``log``."""
-        import tracemalloc
-
-        started = time.perf_counter()
-        tracemalloc.start()
-        try:
-            out = self(*args, **kwargs)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        self.log.append(("memory", self.__name__, peak, time.perf_counter() - started))
-        return out, peak
+        """``(output, None)``: the call, not measured here (see the module's docstring)."""
+        out = self(*args, **kwargs)
+        self.log.append(("memory", self.__name__))
+        return out, None
 
 
 class LocalNamespace(dict):

@@ -1,46 +1,16 @@
-"""The kernel's boot code: the first thing that runs in a sandboxed kernel's Python process.
+"""The kernel's boot code, run as ``python -c <this source> -f CONNECTION_FILE ...`` before
+ipykernel and any student code: :func:`install` adds an audit hook (it cannot be removed),
+adopts the worker's listening sockets (:data:`SOCKETS_ENV`), then starts ipykernel without
+its debugger.
 
-The launcher (:mod:`autograder.sandbox.launcher`) starts every grading kernel as
-``python -c <this source> -f CONNECTION_FILE ...``: before ipykernel is imported and
-before any of the student's code runs, :func:`install` adds an audit hook
-(:func:`sys.addaudithook`: nothing in the process can remove one), then ipykernel starts
-as ``python -m ipykernel_launcher`` would.
-
-The hook counts every call of PyTorch's ``scaled_dot_product_attention`` (SDPA) made at
-run time, whatever name it was fetched by. As soon as PyTorch is loaded (checked on each
-``import``, ``compile`` and ``exec`` audit event, so during PyTorch's own import, before
-the next cell and before each judged call) it replaces, with counting wrappers,
-
-* ``torch._C._nn.scaled_dot_product_attention`` and ``torch.nn.functional``'s name for it
-  (the same function): ``F.scaled_dot_product_attention``, ``getattr(F, 'scaled_dot_' +
-  'product_attention')``, ``vars(F)[...]``, ``importlib``, ``torch.nn.MultiheadAttention``;
-* every ``aten`` operator of the dispatcher whose name holds ``scaled_dot_product`` (not
-  the backward ones), as ``torch.ops.aten`` hands them out, with their overloads
-  (``torch.ops.aten.scaled_dot_product_attention.default``, the CPU flash kernel, the math
-  fallback, ...), once PyTorch's import has finished (so an operator called in the very
-  statement after PyTorch's first import, inside a judged call, is not yet counted).
-
-* and, on the kernel's main thread while a judged call runs (the probe opens and closes
-  the window with the same audit event), a ``TorchFunctionMode`` on PyTorch's mode stack:
-  every Python entry to an operator whose own name holds ``scaled_dot_product`` passes it,
-  by whatever name or path it was reached (``torch._scaled_dot_product_attention_math``,
-  ``torch._scaled_dot_product_flash_attention_for_cpu``, ``torch._C._jit_get_operation``,
-  the original function dug out of a wrapper's closure). A call through a wrapper is
-  counted once. It costs each PyTorch call inside a judged call a few microseconds, and
-  nothing elsewhere (the student's own cells run without it); calls on other threads, or
-  under ``torch._C.DisableTorchFunction``, are seen by the wrappers only.
-
-The probe (:mod:`autograder.kernel.probe`) asks for the count around each judged call
-with the audit event ``autograder.sdpa``; the hook answers ``(calls, intact)``, where
-``intact`` says that every wrapper is still where it was put and, when a window closes,
-that the mode is still on top of the stack (popped or buried: not intact). No audit hook can be added
-after this one (Python then drops the new hook silently): a later hook could rewrite the
-answer. What an in-process hook
-cannot see, and the judge's docs say so: code that reaches the original function
-another way than through these names (the wrapper's closure read through ``gc`` or
-``__closure__``, ``ctypes`` into libtorch, a C extension), or that overwrites the
-counter in memory. Removing or replacing a wrapper, or silencing the audit event,
-is seen (``probe-tampered``). Standard library only; PyTorch is never imported here.
+Contract: the hook counts every call of PyTorch's ``scaled_dot_product_attention`` (SDPA)
+by any name: once PyTorch is loaded it wraps ``torch.nn.functional``'s function and every
+``aten`` operator whose name holds ``scaled_dot_product``, and, on the main thread while a
+judged call runs, keeps a ``TorchFunctionMode`` on the mode stack that counts such
+operators by their own names. The probe asks with the audit event :data:`EVENT`; the answer
+is ``(calls, intact)``, ``intact`` false when a wrapper was replaced or the mode popped or
+buried. What it cannot see is listed in the threat model of ``autograder/README.md``.
+Standard library only; PyTorch is never imported here.
 """
 
 import _thread
@@ -228,10 +198,8 @@ def adopt_sockets(environ):
 def main():
     """Install the hook, then run ipykernel as ``python -m ipykernel_launcher`` does.
 
-    Without its debugger: ipykernel imports ``debugpy`` (and pydevd) as it starts, for a
-    debugger that grading never uses: a fifth of a kernel's start-up CPU (0.10-0.13 of
-    0.52 s, paid by every notebook and every memory measurement). With
-    ``debugpy`` marked absent ipykernel starts as it does where debugpy is not installed.
+    Without its debugger, which grading never uses: with ``debugpy`` marked absent
+    ipykernel starts as it does where debugpy is not installed.
     """
     import runpy
 

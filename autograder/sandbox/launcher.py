@@ -178,12 +178,21 @@ def set_rlimits(limits: SandboxLimits):
         resource.setrlimit(which, (value, value))
 
 
-def kernel_argv(argv):
-    """The kernel's own command: the boot code (:mod:`autograder.kernel.boot`, which hooks
-    SDPA before any student code runs), then ipykernel with ``argv``."""
+def boot_source():
+    """The source the kernel runs first: :mod:`autograder.kernel.boot` without its module
+    docstring (which documents it for maintainers and would otherwise ride on every kernel's
+    command line). The file starts with that docstring, which holds no triple quote."""
     with open(os.path.join(GRADER_ROOT, "autograder", "kernel", "boot.py"), encoding="utf-8") as f:
-        boot = f.read()
-    return [sys.executable, "-P", "-X", "frozen_modules=off", "-c", boot, *argv]
+        source = f.read()
+    if source.startswith('"""'):
+        source = source[source.index('"""', 3) + 3:].lstrip("\n")
+    return source
+
+
+def kernel_argv(argv):
+    """The kernel's own command: the boot code (:func:`boot_source`, which hooks SDPA before
+    any student code runs), then ipykernel with ``argv``."""
+    return [sys.executable, "-P", "-X", "frozen_modules=off", "-c", boot_source(), *argv]
 
 
 def die_with_launcher():

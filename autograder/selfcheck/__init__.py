@@ -17,8 +17,9 @@ What it adds around the verdicts, as notes the grader does not print:
 * a learner's name that is, or uses, the reference library ``transformer_ref`` is flagged,
   with the points it would cost when graded (the library cannot be imported there), the
   moment a cell brings it in (:meth:`SelfCheck.watch`) and in every check;
-* a memory check says what it measured here (``tracemalloc``) and that the graded figure is
-  the sandbox kernel's; a slow test cell says how long it took against the grader's limit;
+* a memory test is judged on its result only and left unchecked (no points here): memory has
+  one meter, the sandbox kernel's, which measures it when graded; a slow test cell says how
+  long it took against the grader's limit;
 * a written answer, once written, is shown beside the course's model answer where the course
   ships it (self-study), or is left to the human grader.
 
@@ -54,7 +55,7 @@ class CellResult:
     message: str | None = None
     notes: list = field(default_factory=list)
     seconds: float = 0.0
-    unchecked: bool = False  # its hidden tests did not ship (``visible`` mode)
+    unchecked: bool = False  # not decided here: hidden tests not shipped (``visible``), or memory
 
     @property
     def passed(self):
@@ -150,6 +151,8 @@ class SelfCheck:
                 result.points, result.unchecked = 0.0, True
                 result.notes.append("its visible lines pass; its hidden tests run only when "
                                     "your notebook is graded")
+            elif any(entry[0] == "memory" for entry in namespace.log):  # not measured here
+                result.points, result.unchecked = 0.0, True
             result.notes += self._measured(namespace.log, seconds)
             results.append(result)
         cache[part] = results
@@ -186,10 +189,9 @@ class SelfCheck:
         return next((p["id"] for p in self.bank["parts"] if function in p["functions"]), None)
 
     def _measured(self, log, seconds):
-        notes = [f"memory measured here: {peak / 2**20:.1f} MiB allocated by your "
-                 f"`{name}` at its peak (tracemalloc, in your kernel); when graded, the figure "
-                 f"is measured in the sandbox (the kernel's whole memory)"
-                 for kind, name, peak, *_ in (e for e in log if e[0] == "memory")]
+        notes = [f"its result is checked here; the memory of your `{name}` is measured only when "
+                 f"graded, in the sandbox (the kernel's whole memory during the call)"
+                 for name in dict.fromkeys(entry[1] for entry in log if entry[0] == "memory")]
         limit = self.bank.get("cell_timeout")
         if limit and seconds > 0.25 * limit:
             notes.append(f"this test cell took {seconds:.1f} s here; the grader allows {limit:g} s "

@@ -140,7 +140,7 @@ class Journal:
             return db.execute("UPDATE attempts SET state = ?, started = NULL WHERE state = ?",
                               (QUEUED, GRADING)).rowcount
 
-    def next_attempts(self, slots, paused_assignments=()):
+    def next_attempts(self, slots):
         """Up to ``slots`` queued attempts to grade now, by the fairness rule (the module's),
         each marked ``grading``."""
         taken = []

@@ -56,7 +56,7 @@ def serve(conn, settings, index):
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, force=True)
     os.chdir(settings.root)
     prepare_nbgrader()
-    from ..judge.execute import Spare
+    from ..judge.execute import SpareKernel
 
     try:
         fault = preflight(settings, db_url, workdir / "submitted")
@@ -67,4 +67,4 @@ def serve(conn, settings, index):
             student, more = work
             conn.send(grade_student(settings, student, workdir, db_url, more=more).to_dict())
     finally:
-        Spare.discard()
+        SpareKernel.discard()

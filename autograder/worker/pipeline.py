@@ -64,14 +64,14 @@ def preflight(settings, db_url, scratch):
     ``preflight.log`` beside ``scratch``). Bounded: ``settings.retries.kernel_start_tries``
     tries of at most :data:`PREFLIGHT_STARTUP` seconds each. The kernel that answered has
     run nothing but ``kernel_info``: it becomes the process's spare
-    (:class:`autograder.judge.execute.Spare`), which the first notebook takes, so no kernel
+    (:class:`autograder.judge.execute.SpareKernel`), which the first notebook takes, so no kernel
     is started for the preflight alone. Before all that it readies the process's nbgrader: one
     schema validator per schema, one SQLAlchemy engine per gradebook
     (:func:`autograder.core.gradebook.keep_engines_in_nbgrader`), and a scratch gradebook at
     ``db_url`` whose commits do not wait for the disk
     (:func:`autograder.core.gradebook.make_scratch`).
     """
-    from ..judge.execute import KernelStartError, LimitedExecute, Spare
+    from ..judge.execute import KernelStartError, LimitedExecute, SpareKernel
 
     validate_metadata_once_per_schema()
     keep_engines_in_nbgrader()
@@ -95,7 +95,7 @@ def preflight(settings, db_url, scratch):
     except BaseException:
         executor._stop()
         raise
-    Spare.keep(executor.hand_over())
+    SpareKernel.hold(executor.hand_over())
     return None
 
 
@@ -277,15 +277,15 @@ def grade_student(settings, student, workdir, db_url, submission=None, more=True
     writes the returned files, so the gradebook and the files on disk always agree.
     ``more``: whether students still wait in the run's queue (the driver says, see
     :func:`autograder.host.schedule.run_schedule`); without them, this student's last
-    notebook launches no spare kernel (:class:`autograder.judge.execute.Spare`).
+    notebook launches no spare kernel (:class:`autograder.judge.execute.SpareKernel`).
     """
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from ..judge.execute import GradingHostFault, Spare, events, flags
+    from ..judge.execute import GradingHostFault, SpareKernel, events, flags
 
     start = monotonic()
-    Spare.wanted = more or len(list(Path(settings.release_dir).glob("*.ipynb"))) > 1
+    SpareKernel.wanted = more or len(list(Path(settings.release_dir).glob("*.ipynb"))) > 1
     scratch = Path(workdir) / "submitted"
     out = Path(workdir) / "out"
     shutil.rmtree(out, ignore_errors=True)

@@ -39,7 +39,7 @@ class GradingPlugin(WorkerPlugin):
     the executor imported, a kernel started and waited for (:func:`pipeline.preflight`: a
     worker where no kernel can start fails its setup, and the client stops the run with one
     line); that kernel then waits as the *spare*, which the first notebook takes
-    (:class:`autograder.judge.execute.Spare`).
+    (:class:`autograder.judge.execute.SpareKernel`).
     """
 
     def __init__(self, payload):
@@ -83,14 +83,14 @@ class GradingPlugin(WorkerPlugin):
             raise RuntimeError(f"no grading kernel can start on this worker: {fault}")
 
     def teardown(self, worker=None):
-        from ..judge.execute import Spare
+        from ..judge.execute import SpareKernel
 
         if self.settings is None:
             return
         if _GRADING.acquire(blocking=False):
             try:
                 if _ProcessRun.run == self.name:
-                    Spare.discard()
+                    SpareKernel.discard()
                     _ProcessRun.run = None
             finally:
                 _GRADING.release()
@@ -101,10 +101,10 @@ class GradingPlugin(WorkerPlugin):
 
     def enter(self):
         """Make this run the one whose kernels this process starts (environment, directory)."""
-        from ..judge.execute import Spare
+        from ..judge.execute import SpareKernel
 
         if _ProcessRun.run != self.name:  # a spare kernel of another run has its limits: not ours
-            Spare.discard()
+            SpareKernel.discard()
             _ProcessRun.run = self.name
         os.environ.update(self.settings.limits.environment())
         os.environ[RUN_ENV] = self.settings.run_id

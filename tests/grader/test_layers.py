@@ -12,7 +12,8 @@ since a function body runs only when called), until nothing new loads. So:
 * ``serve``'s web page (its own process) loads nothing of ``host/``, ``worker/``, ``judge/``;
 * ``core/`` is what several processes load (or nbgrader's own commands and the formgrader,
   through the course's ``nbgrader_config.py``), and every grader module but the kernel's, the
-  sandbox's, the checks' and the self-check's is loaded by some process;
+  sandbox's, the checks' and the self-check's is loaded by some process, or is a listing that
+  no grader module imports (``core/patches``, read by its test);
 * ``autograder/kernel/`` (the probe, inside the student's sandbox): the standard library and
   NumPy only; ``autograder/sandbox/`` (the launcher, before every kernel): the standard
   library only, which a fresh ``python -I`` also shows by running the launcher's own import line;
@@ -87,10 +88,10 @@ def test_the_resolver_sees_relative_function_level_and_package_imports(tmp_path)
     planted = tmp_path / "autograder" / "worker" / "planted.py"
     planted.parent.mkdir(parents=True)
     planted.write_text("import os\nfrom ..host import driver\n"
-                       "def f():\n    from ..judge.execute import Spare\n    from . import audit\n")
+                       "def f():\n    from ..judge.execute import SpareKernel\n    from . import audit\n")
     assert imports(planted, root=tmp_path) == {
         "os", "autograder.host", "autograder.host.driver", "autograder.judge.execute",
-        "autograder.judge.execute.Spare",
+        "autograder.judge.execute.SpareKernel",
         "autograder.worker", "autograder.worker.audit"}
 
 
@@ -223,21 +224,29 @@ def test_the_web_page_loads_nothing_of_the_host_the_worker_or_the_judge(processe
     assert in_folder(processes["web"], "host", "worker", "judge", "kernel") == []
 
 
+def unloaded(processes):
+    """Grader modules of a process folder that no process loads."""
+    everywhere = set().union(*processes.values())
+    placed = {module_name(p) for folder in ("host", "service", "worker", "judge", "core")
+              for p in modules(GRADER / folder)}
+    return placed - everywhere
+
+
 def test_core_is_what_several_processes_load(processes):
     """A module of ``core/`` is loaded by more than one process, or by nbgrader's own commands
     (which have no folder): one that only the host, the worker or the web page loads belongs
     in that process's folder."""
-    core = {module_name(p) for p in modules(GRADER / "core")}
+    core = {module_name(p) for p in modules(GRADER / "core")} - unloaded(processes)
     alone = {m for m in core if sum(m in loaded for loaded in processes.values()) < 2}
     assert sorted(alone - processes["nbgrader"]) == []
 
 
-def test_every_process_module_is_loaded_by_some_process(processes):
-    """The map is complete: no module of a process's folder that no process loads."""
-    everywhere = set().union(*processes.values())
-    placed = {module_name(p) for folder in ("host", "service", "worker", "judge", "core")
-              for p in modules(GRADER / folder)}
-    assert sorted(placed - everywhere) == []
+def test_a_module_no_process_loads_is_a_listing_nothing_imports(processes):
+    """The map is complete: a module of a process's folder that no process loads is one that
+    no grader module imports either (a listing read by its own test, as ``core/patches``),
+    never code a process would need."""
+    imported = {name for path in modules(GRADER) for name in imports(path)}
+    assert sorted(unloaded(processes) & imported) == []
 
 
 def test_a_worker_import_planted_in_host_code_is_found(tmp_path):
@@ -272,12 +281,13 @@ def test_nothing_outside_tests_imports_tests(folder):
 
 
 def test_top_level_modules_and_benchmarks_import_no_tests_but_the_servers():
-    # the benchmarks measure against the same throwaway PostgreSQL and Dask servers as the tests
+    # the benchmarks measure against the same throwaway PostgreSQL and Dask servers as the tests,
+    # and hand in the same solved notebooks (tests/notebooks.py)
     root_modules = [(path.name, name) for path in sorted(ROOT.glob("*.py")) for name in sorted(imports(path))
                     if top(name) in TEST_HELPERS]
     assert root_modules == []
     assert violations(ROOT / "benchmarks", lambda n: top(n) not in TEST_HELPERS
-                      or n.split(".")[:2] == ["tests", "servers"]) == []
+                      or n.split(".")[:2] in (["tests", "servers"], ["tests", "notebooks"])) == []
 
 
 # Modules that serve: a test server (the formgrader's, JupyterLab's, PostgreSQL, Dask) lives in
@@ -304,10 +314,10 @@ def test_the_grader_holds_no_server_and_never_imports_the_book_build():
 
 
 def test_the_readme_names_the_process_of_every_grader_module():
-    """autograder/README.md's layout table names every module in its folder's row, so a
+    """CONTRIBUTING.md's layout table names every module in its folder's row, so a
     newcomer can tell from the table which process runs any file (``checks/`` is named as a
     folder: each of its modules is a check that test cells import)."""
-    text = (GRADER / "README.md").read_text()
+    text = (ROOT / "CONTRIBUTING.md").read_text()
     table = text[text.index("## How the code is laid out"):text.index("## How a grade travels")]
     rows = {}
     for line in table.splitlines():

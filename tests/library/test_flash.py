@@ -373,6 +373,37 @@ def test_torch_flash_forward_and_backward_never_hold_a_score_matrix():
     assert largest(lambda: tref.sliding_window_attention(q, k, v, 32, block=32)) < T * S / 64
 
 
+class ScoreEntries(TorchDispatchMode):
+    """Counts the entries of the score tiles the forward computes (``bmm`` outputs with more than one row)."""
+
+    def __init__(self):
+        super().__init__()
+        self.entries = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func.overloadpacket is torch.ops.aten.bmm and result.shape[-2] > 1:
+            self.entries += result.numel()
+        return result
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_torch_causal_flash_computes_only_the_triangle_and_the_diagonal_tiles_halves(group):
+    # A key tile that crosses the diagonal is cut to the queries that see its first key and
+    # the keys its last query sees: beyond the T (T + 1) / 2 visible scores, each of the T / bk
+    # diagonal tiles wastes only its strict upper triangle, bk (bk - 1) / 2 entries. A loop that
+    # computed whole diagonal tiles (here 2560 scores per head instead of 2304) fails.
+    T = S = 64
+    bq, bk = 16, 8
+    q, k, v = torch.randn(1, 2 * group, T, 4), torch.randn(1, 2, S, 4), torch.randn(1, 2, S, 4)
+    with ScoreEntries() as probe:
+        out = tref.flash_attention(q, k, v, causal=True, block_q=bq, block_k=bk)
+    per_head = T * (T + 1) // 2 + (T // bk) * bk * (bk - 1) // 2
+    assert probe.entries == 2 * group * per_head
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1),
+                                                                   v.repeat_interleave(group, 1), is_causal=True))
+
+
 # ---------------------------------------------------------------- sliding window
 
 

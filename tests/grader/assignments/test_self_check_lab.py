@@ -21,7 +21,8 @@ import nbformat
 import pytest
 
 from autograder.checks import rope
-from autograder.host.release import SELFCHECK_DIR, SELFCHECK_WHEEL, is_self_check_cell, solution_source
+from autograder.host.release import SELFCHECK_DIR, SELFCHECK_WHEEL, is_self_check_cell
+from notebooks import solution_source
 from tests.book.test_learner_env import (CHROMIUM, clean_env, jupyterlab, learner,  # noqa: F401
                                          with_solutions)
 

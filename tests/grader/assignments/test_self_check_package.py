@@ -204,12 +204,17 @@ def test_transformer_ref_is_flagged_with_its_cost():
     assert "WARNING: your notebook uses the reference library" in printed[-1]
 
 
-def test_a_memory_check_says_what_it_measured_here():
+def test_a_memory_check_is_left_to_the_graders_meter():
+    """One meter: the self-check judges a memory test's result and leaves its memory (and its
+    point) to the sandbox's meter, saying so; the value tests of the same part score as usual."""
     check, _, printed = checker("06-flash-attention")
     part = next(p["id"] for p in check.bank["parts"] if any("memory" in t["grade_id"] for t in p["tests"]))
+    memory = next(t["grade_id"] for p in check.bank["parts"] if p["id"] == part for t in p["tests"]
+                  if "memory" in t["grade_id"])
     check(part)
-    assert "memory measured here:" in printed[-1]
-    assert "when graded, the figure is measured in the sandbox" in printed[-1]
+    assert f"SEEN {memory}: 0/" in printed[-1]
+    assert "is measured only when graded, in the sandbox" in printed[-1]
+    assert "PASS" in printed[-1] and "FAIL" not in printed[-1]
 
 
 def test_written_answers_reveal_the_model_answer_only_where_the_course_does(tmp_path):
@@ -267,7 +272,7 @@ def test_generate_refuses_a_bad_self_check_setting_in_one_line(tmp_path):
 def test_the_check_cells_are_not_flagged_as_student_code(aid):
     """The audit flags student code that mentions the grader; the course's own check cells,
     handed in unchanged, must not make every honest submission suspicious."""
-    from autograder.host.release import solved
+    from notebooks import solved
     from autograder.worker.audit import audit
 
     release = nbformat.read(ROOT / "release" / aid / f"{aid}.ipynb", 4)

@@ -504,10 +504,10 @@ def test_plugin_preloads_a_sandboxed_kernel_and_removes_everything_at_the_end(tm
         from jupyter_core.utils import run_sync
 
         from autograder.worker.plugin import _ProcessRun
-        from autograder.judge.execute import Spare
+        from autograder.judge.execute import SpareKernel
 
-        return dict(run=_ProcessRun.run, spare=Spare.km is not None,
-                    alive=Spare.km is not None and run_sync(Spare.km.is_alive)())
+        return dict(run=_ProcessRun.run, spare=SpareKernel.km is not None,
+                    alive=SpareKernel.km is not None and run_sync(SpareKernel.km.is_alive)())
 
     _, client = cluster
     release = generate("toy", FIXTURE, release_dir=tmp_path / "release")

@@ -404,7 +404,7 @@ def test_the_archive_of_another_assignment_is_refused_whole(two_assignments):
 def test_collect_01_rope_given_the_06_download_refuses_it(course):
     """The issue's case, on the course's own notebooks: students' 06 notebooks (solved and
     untouched) are not 01-rope's, though their grade ids (p1_solution...) are the same."""
-    from autograder.host.release import solved
+    from notebooks import solved
 
     for aid in ("01-rope", "06-flash-attention"):
         shutil.copytree(REPO / "solutions" / aid, course / "solutions" / aid)

@@ -28,7 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.host.release import generate, solved
+from autograder.host.release import generate
+from notebooks import solved
 from autograder.sandbox.launcher import unavailable_reason
 
 REPO = Path(__file__).resolve().parents[3]

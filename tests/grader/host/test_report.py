@@ -32,7 +32,7 @@ import pytest
 from autograder.core.course_files import REPORT_SECRET
 from autograder.host.parts import assignment_parts
 from autograder.host import report_data as data
-from autograder.host.report_page import phone_text_px
+from autograder.host.report_page import FIG_WIDTH_IN, MIN_TEXT_PT, PHONE_COLUMN_PX
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -654,8 +654,16 @@ def test_a_table_too_wide_for_a_phone_becomes_cards_with_its_column_names():
     assert '<td data-label="p &quot;one-sided&quot; &lt;b&gt;">0.5</td>' in table_html(wide, "a")
 
 
+def phone_text_px(width_in=FIG_WIDTH_IN, text_pt=MIN_TEXT_PT, column_px=PHONE_COLUMN_PX):
+    """CSS pixels of ``text_pt`` text in a figure ``width_in`` wide shown in ``column_px``."""
+    natural_px = width_in * 96
+    return text_pt * 96 / 72 * min(1.0, column_px / natural_px)
+
+
 def test_figures_are_sized_for_a_phone():
+    """The report's smallest figure text is at least 12 CSS px on a 390 px phone."""
     assert phone_text_px() >= 12
+    assert phone_text_px(text_pt=8) < 12  # the bound can fail: 8 pt text would be too small
 
 
 @pytest.mark.slow

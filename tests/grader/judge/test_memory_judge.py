@@ -1,9 +1,11 @@
 """Memory tests measured from outside the kernel cannot be dodged from inside it.
 
 One class of 06-flash-attention, graded in the sandbox, its kernels' memory read from
-their cgroups: an honest tiled ``flash_attention`` earns the memory point; three that
-build the full T x S score matrix while hiding it from an in-process measurement do
-not, although their values are right (so they keep the value tests' points):
+their cgroups (the grader's one meter, on which the checks' memory bounds are tested here):
+an honest tiled ``flash_attention`` and ``sliding_window_attention`` earn the memory points;
+the naive versions, which build the full T x S score matrix, do not, although their values are
+right (so they keep the value tests' points); nor do three that build it while hiding it from
+an in-process measurement:
 
 * ``torch``: computes the scores with torch (invisible to ``tracemalloc``);
 * ``workspace``: allocates a T x S buffer when the cell runs and reuses it;
@@ -32,6 +34,21 @@ AID = "06-flash-attention"
 MISSING = unavailable_reason()
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
+
+# the naive versions of Parts 2 and 3: right values, the whole T x S score matrix
+NAIVE_WINDOW = '''
+def sliding_window_attention(q, k, v, window, block=64):
+    T = q.shape[-2]
+    offset = np.arange(T)[None, :] - np.arange(T)[:, None]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    scores = np.where((offset <= 0) & (offset > -window), scores, -np.inf)
+    w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ v
+'''
+NAIVE_FLASH = NAIVE + '''
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    return _full(q, k, v, causal)
+'''
 
 CHEATS = {
     "torch": NAIVE + '''
@@ -113,7 +130,8 @@ def graded(tmp_path_factory):
         pytest.skip(f"memory cannot be measured here: {meter_unavailable()}")
     honest = solved(AID)
     students = {"honest": honest, **honest_variants(honest),
-                **{name: replaced(honest, p2_solution=code) for name, code in CHEATS.items()}}
+                **{name: replaced(honest, p2_solution=code) for name, code in CHEATS.items()},
+                "naive": replaced(honest, p2_solution=NAIVE_FLASH, p3_solution=NAIVE_WINDOW)}
     _, cells = grade_students(tmp_path_factory.mktemp("memory"), AID, students, jobs=2,
                            limits=Limits(cell_timeout=60))
     return cells
@@ -132,6 +150,18 @@ def test_what_the_notebook_does_outside_the_call_is_not_charged_to_it(graded, st
     assert cells[student]["p2_hidden"].score == 3.0, cells[student]["p2_hidden"]
     assert cells[student]["p2_hidden_memory"].score == 1.0, cells[student]["p2_hidden_memory"]
     assert cells[student]["p3_hidden_memory"].score == 1.0, cells[student]["p3_hidden_memory"]
+
+
+def test_the_naive_versions_lose_only_the_memory_points(graded):
+    """Right values, T x S memory: on the grader's meter both bounds catch the score matrix
+    (flash: 8 MiB against a 4 MiB bound; window: 128 MiB against 16 MiB)."""
+    cells = graded
+    assert cells["naive"]["p2_hidden"].score == 3.0
+    assert cells["naive"]["p3_hidden"].score == cells["honest"]["p3_hidden"].score > 0
+    assert cells["naive"]["p2_hidden_memory"].score == 0.0
+    assert "never build a T x S" in cells["naive"]["p2_hidden_memory"].message
+    assert cells["naive"]["p3_hidden_memory"].score == 0.0
+    assert "Only compute the scores of the window" in cells["naive"]["p3_hidden_memory"].message
 
 
 @pytest.mark.parametrize("cheat", list(CHEATS))

@@ -1,6 +1,10 @@
 """A sandboxed grading kernel boots without ipykernel's debugger (debugpy is never imported:
 a fifth of its start-up CPU) and with the SDPA audit hook in place, and still runs code; a
-killed one is seen gone within milliseconds."""
+killed one is seen gone within milliseconds. Its command line carries the boot code without
+the module's docstring."""
+
+import ast
+from pathlib import Path
 
 import pytest
 from jupyter_client.utils import run_sync
@@ -15,6 +19,7 @@ CHECKS = {
     "import_refused": "__import__('importlib').util.find_spec is not None and _refused()",
     "sdpa_hook": "_answer()",
     "two": "1 + 1",
+    "code": "open('/proc/self/cmdline', 'rb').read().split(b'\\0')[5].decode()",  # after -c
 }
 PRELUDE = """
 import sys
@@ -71,6 +76,23 @@ def test_no_debugger_is_loaded(kernel):
 def test_the_sdpa_hook_still_answers(kernel):
     _, reply = kernel
     assert value(reply, "sdpa_hook") == "[(0, True)]"  # no call yet, no wrapper put in place
+
+
+def test_the_kernel_runs_the_boot_code_without_its_docstring(kernel):
+    """What the kernel's command line carries is boot.py's code, statement for statement,
+    less the module docstring (documentation for maintainers, not for every kernel's argv)."""
+    from autograder.sandbox.launcher import boot_source, kernel_argv
+
+    path = Path(__file__).resolve().parents[3] / "autograder" / "kernel" / "boot.py"
+    module = ast.parse(path.read_text())
+    docstring = ast.get_docstring(module, clean=False)
+    assert docstring  # the premise: there is a docstring to leave out
+    shipped = ast.parse(boot_source())
+    assert ast.get_docstring(shipped) is None
+    assert ast.dump(shipped) == ast.dump(ast.Module(module.body[1:], module.type_ignores))
+    assert kernel_argv(["-f", "c.json"])[-3:] == [boot_source(), "-f", "c.json"]
+    _, reply = kernel
+    assert value(reply, "code") == repr(boot_source())  # what the sandboxed kernel was given
 
 
 def test_a_killed_kernel_is_seen_gone_within_a_few_milliseconds():
