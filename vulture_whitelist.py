@@ -26,6 +26,10 @@ _.required_arguments, _.optional_arguments  # docutils directive attributes
 _._repr_html_  # IPython's rich display
 __getattr__  # PEP 562 module attribute lookup (transformer_ref's lazy torch backend)
 
+# -- worker entry points the host names by module and attribute, never imports
+# (autograder/core/grading_run.py:call_by_name, autograder/host/cluster.py:PluginByName)
+GradingPlugin, grade_task  # autograder/worker/plugin.py, built and called on each Dask worker
+
 # -- assigned for a dependency to read
 _.get_alembic_version  # nbgrader.api's, replaced (listed in autograder/core/patches.py)
 _.execution_count  # a notebook cell's field, written for nbformat

@@ -321,9 +321,9 @@ class Profile:
         self.wrap(pipeline, "stage_submission", PHASES[9])
         for name in ("forget_submission", "apply_late_policy", "read_scores"):
             self.wrap(pipeline, name, PHASES[10])
-        self.wrap(pipeline, "generate_feedback", PHASES[11])
+        self.wrap(pipeline, "render_feedback", PHASES[11])
         self.wrap(pipeline, "collect_files", PHASES[11])
-        self.wrap(driver, "keep", PHASES[12])
+        self.wrap(driver, "record_result", PHASES[12])
         count = KernelTransport._count  # called once per round trip, with what crossed
 
         def counted(transport, sent, received):
@@ -366,9 +366,10 @@ def profile_assignment(assignment, measured=3):
     from autograder.core.nbgrader_config import prepare_nbgrader
     from autograder.host import driver
     from autograder.judge.execute import SpareKernel
-    from autograder.judge.kernel_manager import make_socket_root
+    from autograder.core.grading_run import make_socket_root
     from autograder.sandbox.cgroups import RUN_ENV, kill_run_cgroups
-    from autograder.worker.pipeline import Settings, grade_student, preflight
+    from autograder.core.grading_run import Settings
+    from autograder.worker.pipeline import grade_student, preflight
 
     profile = PROFILE
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
@@ -405,7 +406,7 @@ def profile_assignment(assignment, measured=3):
                 if i == 1:
                     before = profile.snapshot()
                 result = grade_student(settings, f"student{i:03d}", workdir, db, more=i < measured)
-                driver.keep(root, class_db, assignment, result, run_id)
+                driver.record_result(root, class_db, assignment, result, run_id)
                 scores.append((result.score, result.status))
             after = profile.snapshot()
         finally:

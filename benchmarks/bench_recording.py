@@ -1,6 +1,6 @@
 """How fast the one client of a cluster run records results: gradebook rows, files, stamp.
 
-On a cluster only the ``grade`` process writes (:func:`autograder.host.driver.keep`: the
+On a cluster only the ``grade`` process writes (:func:`autograder.host.driver.record_result`: the
 gradebook first, then the autograded notebook and the feedback page, then the stamp), one
 result after another, so its recording rate caps the class's throughput however many
 workers grade. This grades one submission of the fixture course, then records that result

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.sandbox.cgroups import kernel_cgroups
-from autograder.judge.kernel_manager import SOCKET_BASE
+from autograder.core.grading_run import SOCKET_BASE
 
 
 def run_ids(root, assignment):

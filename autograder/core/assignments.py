@@ -1,45 +1,46 @@
-"""The course's assignments: one registry that release, the checks and the tests read.
+"""The course's assignments: which exist, and what this repository's course knows of each.
 
-Each :class:`Assignment` names its id (the folder under ``solutions/`` and
-``release/``), the module of ``autograder.checks`` behind its hidden tests, the
-chapter it goes with, and the optional Python packages its kernels need beyond
-the course's lock (an assignment whose packages are missing is skipped by the
-tests with an install hint). Adding an assignment starts here; CONTRIBUTING.md
-lists the other places.
+* :func:`source_assignments` is the one answer to "which assignments does a course have":
+  the folders under ``solutions/`` (:data:`autograder.core.course_files.SOURCE`) that hold a
+  notebook. The grader (``generate``, ``grade``, ``serve``, ``collect``, ``report``) reads it
+  for whatever course it is given.
+* :data:`REGISTRY` describes this repository's own course, whose assignments are exactly its
+  ``solutions/`` folders (``tests/grader/assignments/test_assignment_structure.py`` holds the
+  two equal): for each, the module of ``autograder.checks`` behind its hidden tests and the
+  optional Python packages its kernels need beyond the course's lock (an assignment whose
+  packages are missing is skipped by the tests with an install hint). The tests, the
+  benchmarks and the book build read it. Adding an assignment starts here; CONTRIBUTING.md
+  lists the other places.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from .course_files import SOURCE
+
+
+def source_assignments(root):
+    """Ids of the assignments that have a source folder under ``root/solutions``, sorted."""
+    source = Path(root) / SOURCE
+    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) \
+        if source.is_dir() else []
 
 
 @dataclass(frozen=True)
 class Assignment:
     id: str
     checks: str               # module under autograder.checks
-    chapter: str              # the book chapter (file stem under chapters/)
     needs: tuple[str, ...] = ()  # importable packages beyond requirements.lock
 
 
 REGISTRY = (
-    Assignment("01-rope", "rope", "01-rope"),
-    Assignment("02-gqa-kv-cache", "gqa", "02-gqa-kv-cache"),
-    Assignment("03-causal-mask", "causal", "03-causal-mask"),
-    Assignment("04-transformer-block", "block", "04-transformer-block"),
-    Assignment("05-families", "families", "05-families"),
-    Assignment("06-flash-attention", "flash", "06-flash-attention"),
-    Assignment("07-flash-triton", "flash_triton", "06b-flash-triton", needs=("triton",)),
-    Assignment("08-serving", "serving", "06c-serving"),
+    Assignment("01-rope", "rope"),
+    Assignment("02-gqa-kv-cache", "gqa"),
+    Assignment("03-causal-mask", "causal"),
+    Assignment("04-transformer-block", "block"),
+    Assignment("05-families", "families"),
+    Assignment("06-flash-attention", "flash"),
+    Assignment("07-flash-triton", "flash_triton", needs=("triton",)),
+    Assignment("08-serving", "serving"),
 )
 ASSIGNMENTS = tuple(a.id for a in REGISTRY)
-
-
-def by_id(assignment_id):
-    """The registered :class:`Assignment` with this id (KeyError if none)."""
-    return {a.id: a for a in REGISTRY}[assignment_id]
-
-
-def available(assignment):
-    """None if the assignment's extra packages import here, else a one-line install hint."""
-    import importlib.util
-
-    missing = [name for name in assignment.needs if importlib.util.find_spec(name) is None]
-    return f"needs {', '.join(missing)} (pip install -r requirements-triton.lock)" if missing else None

@@ -4,7 +4,7 @@ nbgrader's formgrader renders each submitted notebook into a page of the instruc
 server (``/formgrader/submissions/<id>/``), whose session can read ``solutions/`` through
 ``/api/contents`` and open a terminal. The notebook's HTML is already sanitized
 (:mod:`autograder.core.sanitize`); this policy makes whatever a sanitizer might miss unable to
-run there, as the feedback pages' policy does (``autograder.worker.feedback``):
+run there, as the feedback pages' policy does (``autograder.core.feedback_page``):
 
 * scripts only from the server itself (``'self'``: nbgrader's jQuery, Bootstrap, formgrade.js)
   and the page's own inline scripts, each allowed by its SHA-256. Only scripts that stand

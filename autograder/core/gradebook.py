@@ -8,7 +8,7 @@
 * :func:`standings`: every submission's :class:`Standing` (total, late penalty, lateness):
   what every output of a score reads (``grades.csv``, exports, the LMS files, the report);
 * :func:`keep_similarity`: the hashed shingles of each graded submission's functions
-  (:mod:`autograder.worker.similarity`) and the pairs found, in two tables of their own
+  (:mod:`autograder.core.similarity`) and the pairs found, in two tables of their own
   beside nbgrader's, so a student graded in any run is compared with the whole class;
 * :func:`open_gradebook`: a gradebook at any SQLAlchemy URL, with a one-line error
   for a URL that cannot be one (a missing folder, a file that is not a database, a

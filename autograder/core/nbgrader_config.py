@@ -1,10 +1,8 @@
 """nbgrader settings for this course, built in code so that every command agrees.
 
-The course root is the repository root: source notebooks (with solutions and
-hidden tests) live in ``solutions/<assignment>/``, student versions are generated
-into ``release/<assignment>/``, and submissions are collected into
-``submitted/<student>/<assignment>/``. The gradebook is ``gradebook.db`` in the
-root unless another SQLAlchemy URL is given.
+The course root is the repository root; its folders and files are named by
+:mod:`autograder.core.course_files`; :func:`course_config` hands them to nbgrader, so nbgrader's
+commands and the grader's agree.
 """
 
 import functools
@@ -13,23 +11,15 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+from .course_files import AUTOGRADED, FEEDBACK, GRADEBOOK, RELEASE, SOURCE, STAMP, SUBMITTED
 from .gradebook import sqlite_url
 from .sanitize import exporter_settings
 
-SOURCE = "solutions"
-RELEASE = "release"
-SUBMITTED = "submitted"
-AUTOGRADED = "autograded"
-FEEDBACK = "feedback"
-# the driver's stamp beside each autograded submission (digest, run id, seconds): the grader's
-# own bookkeeping, never copied on by nbgrader (so never into feedback/, which
-# ``nbgrader release_feedback`` hands to the student)
-STAMP = ".autograder.json"
 
 
 def default_db_url(root):
-    """The SQLite gradebook ``<root>/gradebook.db``."""
-    return sqlite_url(Path(root).resolve() / "gradebook.db")
+    """The SQLite gradebook :data:`~autograder.core.course_files.GRADEBOOK` in ``root``."""
+    return sqlite_url(Path(root).resolve() / GRADEBOOK)
 
 
 def course_config(root, db_url=None, assignment=None, student=None):

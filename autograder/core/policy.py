@@ -6,7 +6,7 @@
   grace period. :meth:`LatePolicy.parse` reads the command line's spelling
   (``10%/day,cap=50%,grace=1h``) and ``str()`` writes it back.
 * :func:`penalty`: the :class:`Lateness` of one submission under a policy.
-* :func:`parse_time`: the times ``timestamp.txt`` and ``course.toml`` hold.
+* times are read by :func:`autograder.core.times.parse_time` (``course.toml``'s due dates too).
 * :func:`load_settings`: due dates and policies from ``course.toml`` at the course
   root, as :class:`CourseSettings`.
 * :func:`apply_late_policy`: write one assignment's due date and every submission's
@@ -37,6 +37,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .gradebook import open_gradebook, writing
+from .times import as_utc, parse_time
 
 KINDS = ("none", "zero", "per-unit")
 UNITS = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
@@ -218,13 +219,6 @@ def late_note(policy: LatePolicy, late_by: timedelta, taken: float) -> str:
             f"{policy_words(policy)}; {number_text(round(taken, 2))} points taken")
 
 
-def as_utc(moment: datetime, zone: tzinfo = timezone.utc) -> datetime:
-    """``moment`` as an aware UTC datetime; a naive one is read in ``zone`` (default UTC)."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        return moment.replace(tzinfo=zone).astimezone(timezone.utc)
-    return moment.astimezone(timezone.utc)
-
-
 def penalty(policy: LatePolicy, due: datetime | None, submitted_at: datetime | None,
             score: float) -> Lateness:
     """The lateness of a submission handed in at ``submitted_at`` and scoring ``score``.
@@ -252,46 +246,6 @@ def penalty(policy: LatePolicy, due: datetime | None, submitted_at: datetime | N
         amount = min(amount, policy.cap)
     points = score * min(amount, 100.0) / 100 if policy.relative else min(amount, score)
     return Lateness(late_by, float(points))
-
-
-def parse_time(text: str, zone: tzinfo | None = timezone.utc) -> datetime:
-    """The moment ``text`` names, as an aware UTC datetime.
-
-    Reads what nbgrader's ``timestamp.txt`` holds and what instructors write:
-    ``2026-12-01 23:59:59.123456 UTC`` (a zone name, ``UTC``, ``GMT`` or an IANA name
-    such as ``Europe/Berlin``, after a space), ``2026-12-01 23:59:59 +0100``, ISO 8601
-    with an offset or ``Z`` (``2026-12-01T23:59:00+01:00``) and without one
-    (``2026-12-01T23:59``, read in ``zone``: UTC by default, as nbgrader writes
-    ``timestamp.txt``; ``zone=None`` refuses it). A date without a time of day is refused
-    (midnight at the start of the day is rarely what a due date means).
-    """
-
-    def fail(problem):
-        return ValueError(f"cannot read the time {text!r}: {problem} "
-                          "(write e.g. 2026-12-01T23:59:00+00:00 or 2026-12-01 23:59:59 UTC)")
-
-    value = text.strip()
-    if not re.search(r"\d:\d\d", value):
-        raise fail("no time of day")
-    head, _, zone_name = value.rpartition(" ")
-    named = bool(head) and zone_name[:1].isalpha()
-    if not named and zone_name.startswith(("+", "-")):
-        value = head + zone_name
-    try:
-        moment = datetime.fromisoformat(head if named else value)
-    except ValueError:
-        raise fail("not a date and time") from None
-    if not named:
-        if moment.tzinfo is None and zone is None:
-            raise fail("no time zone, and course.toml declares no timezone")
-        return as_utc(moment, zone or timezone.utc)
-    if moment.tzinfo is not None:
-        raise fail("two time zones")
-    try:
-        zone = timezone.utc if zone_name.upper() in ("UTC", "GMT", "Z") else ZoneInfo(zone_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise fail(f"unknown time zone {zone_name!r}") from None
-    return moment.replace(tzinfo=zone).astimezone(timezone.utc)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ ones: heading anchors and Pygments' token classes inside ``div.highlight``).
 :func:`exporter_settings` is the ``HTMLExporter`` configuration that installs them; the
 course configuration (``autograder.core.nbgrader_config.course_config``) carries it to the
 feedback pages, stock ``nbgrader generate_feedback`` and the formgrader. The pages the
-grader writes add a Content-Security-Policy (``autograder.worker.feedback``), so that what a
+grader writes add a Content-Security-Policy (``autograder.core.feedback_page``), so that what a
 sanitizer might miss still cannot run or load anything.
 """
 

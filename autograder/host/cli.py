@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..core.gradebook import engine_url, sqlite_path
 from ..core.limits import Limits
+from ..core.course_files import GRADEBOOK_EXPORT_CSV, GRADES_CSV, ROSTER_CSV
 from ..core.nbgrader_config import default_db_url
 from ..core.untrusted import PrintableFormatter, printable
 
@@ -46,7 +47,7 @@ def _students(text):
 
 def known_assignment(root, assignment):
     """Exit with one line unless ``assignment`` has source notebooks under ``root``."""
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     known = source_assignments(root)
     if assignment not in known:
@@ -55,7 +56,8 @@ def known_assignment(root, assignment):
 
 
 def cmd_generate(args):
-    from .release import generate, source_assignments, stale_notebooks, stale_selfcheck, write_selfcheck
+    from ..core.assignments import source_assignments
+    from .release import generate, stale_notebooks, stale_selfcheck, write_selfcheck
 
     names = source_assignments(args.root) if args.all else args.assignment
     if not names:
@@ -123,7 +125,7 @@ def settle_scores(args, db_url, assignments):
             if standings(db_url, assignment) is None:
                 continue
             apply_late_policy(db_url, assignment, settings)
-            write_csv(Path(args.root).resolve() / "grades.csv", assignment,
+            write_csv(Path(args.root).resolve() / GRADES_CSV, assignment,
                       standings=standings(db_url, assignment))
             graded.append(assignment)
     except (ValueError, GradebookError) as error:
@@ -149,7 +151,7 @@ def course_lock(args, db_url, assignments):
 
 def cmd_feedback(args):
     from .driver import write_feedback_pages
-    from ..core.nbgrader_config import FEEDBACK
+    from ..core.course_files import FEEDBACK
 
     known_assignment(args.root, args.assignment)
     db_url = existing_gradebook(args)
@@ -168,7 +170,7 @@ def cmd_feedback(args):
 def cmd_export(args):
     from .exports import export_csv, export_lms
     from ..core.gradebook import GradebookError
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     if args.assignment:
         known_assignment(args.root, args.assignment)
@@ -222,7 +224,7 @@ def cmd_report(args):
     from ..core.untrusted import printable
     from .report import write_report
 
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     db_url = existing_gradebook(args)
     assignments = [args.assignment] if args.assignment else source_assignments(args.root)
@@ -365,7 +367,7 @@ See autograder/README.md, 'Grading on submission'."""
 
 
 def cmd_serve(args):
-    from ..service import serve
+    from ..service.serve import serve
 
     serve(args.root, args.db or default_db_url(args.root), args.state, jobs=args.jobs,
           scheduler=args.scheduler, exchange=args.exchange, course_id=args.course_id,
@@ -419,7 +421,7 @@ def add_export(sub, common):
                                    "Late penalties and grades.csv are brought up to date first "
                                    "(manual grades, extensions, course.toml).")
     p.add_argument("assignment", nargs="?", help="only this assignment (default: all)")
-    p.add_argument("--to", default="gradebook_export.csv", help="output file, relative to the "
+    p.add_argument("--to", default=GRADEBOOK_EXPORT_CSV, help="output file, relative to the "
                    "course root or absolute (default gradebook_export.csv)")
     p.add_argument("--lms", choices=("canvas", "moodle"), default=None,
                    help="write the layout this LMS imports instead of the full CSV")
@@ -434,7 +436,7 @@ def add_roster(sub, common):
                                    "put every student in the gradebook; with --check, list roster "
                                    "students with no submission of an assignment and submissions "
                                    "not on the roster. grade reads roster.csv by itself.")
-    p.add_argument("--file", default="roster.csv", help="the roster, relative to the course root "
+    p.add_argument("--file", default=ROSTER_CSV, help="the roster, relative to the course root "
                    "or absolute (default roster.csv)")
     p.add_argument("--check", default=None, metavar="ASSIGNMENT",
                    help="compare the roster with the submissions of ASSIGNMENT")

@@ -7,7 +7,7 @@ Dask task (:func:`autograder.worker.plugin.grade_task`), which runs the very pip
 worker runs on whichever Dask worker the scheduler picks. A score never depends on where it was
 graded. What runs on the workers is :mod:`autograder.worker.plugin`.
 
-* A task carries the student's folder as intake read it here (:func:`handed_in`: no link
+* A task carries the student's folder as intake read it here (:func:`read_handed_in`: no link
   followed, sizes bounded) and returns a
   :class:`~autograder.core.results.StudentResult` (scores, status, flags, the autograded
   notebook and the feedback page as bytes) as its ``to_dict()``. Only the client records.
@@ -26,9 +26,11 @@ graded. What runs on the workers is :mod:`autograder.worker.plugin`.
 from pathlib import Path
 from time import monotonic
 
-from ..core.nbgrader_config import SUBMITTED
-from ..worker.intake import read_submission
-from ..worker.plugin import GradingPlugin, RunPayload, forget_plugin, grade_task, grader_digest
+from distributed import WorkerPlugin
+
+from ..core.course_files import SUBMITTED
+from ..core.grading_run import RunPayload, call_by_name, forget_plugin, grader_digest, plugin_name
+from ..core.submission_folder import read_submission
 from .schedule import TransportError, failed, parse_result
 
 CONNECT_TIMEOUT = 10  # seconds to reach the scheduler, and again to find a worker
@@ -52,17 +54,32 @@ def grading_task(key, *args):
     """
     from dask._task_spec import Task
 
-    return {key: Task(key, grade_task, *args, _data_producer=True)}
+    return {key: Task(key, call_by_name, "worker.plugin", "grade_task", *args, _data_producer=True)}
+
+
+class PluginByName(WorkerPlugin):
+    """A Dask worker plugin named by module and class: the host registers this; it arrives on
+    each worker as ``autograder.<module>.<cls>(payload)``, built there (:func:`autograder.core.grading_run.call_by_name`).
+
+    ``name`` is :func:`plugin_name` of the payload's run, the name the real plugin has too.
+    """
+
+    def __init__(self, module, cls, payload):
+        self.module, self.cls, self.payload = module, cls, payload
+        self.name = plugin_name(payload.settings.run_id)
+
+    def __reduce__(self):
+        return call_by_name, (self.module, self.cls, self.payload)
 
 
 class ClusterError(TransportError):
     """The cluster cannot grade (unreachable, no workers, no sandbox): one line for the instructor."""
 
 
-def handed_in(root, assignment, student):
+def read_handed_in(root, assignment, student):
     """What a task carries: the student's folder as intake reads it, once, here.
 
-    :func:`autograder.worker.intake.read_submission` follows no link out of
+    :func:`autograder.core.submission_folder.read_submission` follows no link out of
     ``submitted/<student>/<assignment>`` and bounds what it reads, so a linked folder, a FIFO,
     a hard link or a sparse file never reaches the task (their entries say what they were).
     """
@@ -151,7 +168,7 @@ class DaskCluster:
             settings=settings,
             release={p.name: p.read_bytes() for p in sorted(Path(settings.release_dir).glob("*.ipynb"))},
             template_db=Path(settings.template_db).read_bytes())
-        plugin = GradingPlugin(payload)
+        plugin = PluginByName("worker.plugin", "GradingPlugin", payload)
         try:
             self.client.register_plugin(plugin, name=plugin.name)
         except Exception as error:  # noqa: BLE001 - any failure of setup on a worker
@@ -164,7 +181,7 @@ class DaskCluster:
         self.sent += 1
         key = f"grade-{settings.run_id}-{student}-{self.sent}"
         graph = grading_task(key, self.plugin.name, student,
-                             handed_in(settings.root, settings.assignment, student), more)
+                             read_handed_in(settings.root, settings.assignment, student), more)
         future = self.client.get(graph, key, sync=False, retries=0)
         self.running[student] = (future, monotonic())
 
@@ -181,7 +198,7 @@ class DaskCluster:
         for future in done:
             student = students[future]
             _, since = self.running.pop(student)
-            results.append(collect(future, student, monotonic() - since))
+            results.append(result_of(future, student, monotonic() - since))
         return results
 
     def give_up(self, student):
@@ -207,7 +224,7 @@ class DaskCluster:
             pass
 
 
-def collect(future, student, seconds):
+def result_of(future, student, seconds):
     """The StudentResult of a finished task, or an error result saying why there is none."""
     from distributed import KilledWorker
 

@@ -68,9 +68,11 @@ from pathlib import Path
 import nbformat
 
 from ..core.cells import grade_id
-from ..core.nbgrader_config import SUBMITTED
+from ..core.course_files import SUBMITTED, TIMESTAMP
+from ..core.times import nbgrader_time
 from ..core.untrusted import printable
-from ..worker.intake import NOTEBOOK_BYTES, TIMESTAMP, belongs_by_grade_ids, read_notebook, solution_parts
+from ..core.notebook_file import NOTEBOOK_BYTES, read_notebook
+from ..core.solution_cells import belongs_by_grade_ids, solution_cells
 from .roster import COLUMNS as ROSTER_COLUMNS
 from .roster import RosterEntry, read_roster
 
@@ -205,7 +207,7 @@ def nbgrader_cells(notebook):
 
 def belongs(notebook, sources):
     """Whether ``notebook`` is one of ``sources``'s by intake's rule (its solution cells)."""
-    return any(belongs_by_grade_ids(notebook, source, solution_parts(source)) for source in sources)
+    return any(belongs_by_grade_ids(notebook, source, solution_cells(source)) for source in sources)
 
 
 def strays(archive, staging, kept, assignment, expected):
@@ -428,7 +430,7 @@ def install(staging, submitted, assignment, kept):
     for student in sorted({c.student for c in kept}):
         folder = staging / NEW / student
         newest = max(c.time for c in kept if c.student == student)
-        (folder / TIMESTAMP).write_text(newest.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+        (folder / TIMESTAMP).write_text(nbgrader_time(newest))
         home, target = submitted / student, submitted / student / assignment
         if any(p.is_symlink() or (p.exists() and not p.is_dir()) for p in (home, target)):
             refused.add(student)
@@ -450,15 +452,14 @@ def collect_into_course(root: Path, assignment: str, lms: Lms, archive: Path) ->
     ``course.toml`` (the zone of zip times, the due date); the report's lines for the
     terminal (student-controlled text escaped). ArchiveError or ValueError (one line) when
     the roster, the settings or the archive cannot be used."""
-    from ..core.nbgrader_config import SOURCE
+    from ..core.course_files import ROSTER_CSV, SOURCE
     from ..core.policy import load_settings
-    from .driver import ROSTER
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     root = Path(root)
-    path = root / ROSTER
+    path = root / ROSTER_CSV
     if not path.is_file():
-        raise ValueError(f"no {ROSTER} under {root}: collect maps the archive's files to the "
+        raise ValueError(f"no {ROSTER_CSV} under {root}: collect maps the archive's files to the "
                          f"roster's students (columns {','.join(ROSTER_COLUMNS)})")
     settings = load_settings(root)
 

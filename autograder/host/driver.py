@@ -53,20 +53,21 @@ from time import monotonic
 import nbformat
 
 from ..core.cells import grade_id, is_test_cell
+from ..core.feedback_page import install_mathjax, render_feedback, rewrite_feedback_html
+from ..core.grading_run import Settings, make_socket_root
+from ..core.submission_folder import submission_digest
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
                               lock_holder, open_gradebook, record, sqlite_url, standings, writing)
 from ..core.limits import LOAD_ALLOWANCE, Limits, Retries
-from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE, STAMP, SUBMITTED, default_db_url
+from ..core.course_files import AUTOGRADED, FEEDBACK, GRADES_CSV, LOCK, LOGS, ROSTER_CSV, SOURCE, STAMP, SUBMITTED
+from ..core.nbgrader_config import default_db_url
 from ..core.policy import CourseSettings, apply_late_policy, late_note, load_settings
 from ..core.results import Status
-from ..judge.kernel_manager import make_socket_root
 from ..core.untrusted import printable
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from ..sandbox.launcher import unavailable_reason
-from ..worker.feedback import install_mathjax
-from ..worker.pipeline import Settings, submission_digest
-from ..worker.similarity import fingerprints, pairs_with
+from ..core.similarity import fingerprints, pairs_with
 from . import summary
 from .pool import LocalWorkers
 from .schedule import HostFault, TransportError, run_schedule
@@ -74,9 +75,6 @@ from .release import generate
 from .roster import COLUMNS as ROSTER_COLUMNS
 from .roster import RosterEntry, read_roster, roster_report, sync_roster
 
-LOCK = ".autograder.lock"
-LOGS = "logs"
-ROSTER = "roster.csv"
 
 
 class Interrupted(Exception):
@@ -125,7 +123,7 @@ def has_notebook(folder):
         return False
 
 
-def test_cells(release_dir):
+def release_test_cells(release_dir):
     """(notebook, grade_id) of every autograded test cell of the student version."""
     tests = []
     for path in sorted(Path(release_dir).glob("*.ipynb")):
@@ -141,7 +139,7 @@ def flag_similar(db_url, assignment, results):
     Each graded result's fingerprints replace what was kept of that student and are
     compared with every kept submission of the class, graded in this run or an earlier one
     (:func:`autograder.core.gradebook.keep_similarity` with
-    :func:`autograder.worker.similarity.pairs_with`); a missing or unreadable submission
+    :func:`autograder.core.similarity.pairs_with`); a missing or unreadable submission
     keeps none, one whose grading failed keeps its earlier ones and its pairs. A pair's
     flag is on both students' rows and goes when the two are no longer similar. Returns
     that dict and the class's pairs ``[(student, other, function, share)]`` (the summary
@@ -333,7 +331,7 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
     try:
         job.jobs = grading_slots(job.client, jobs, sandboxed)
         with CourseLock(job.root, assignment, job.db_url, "grade"), Signals():
-            return grade_class(job)
+            return grade_job(job)
     except OSError as error:  # the host's disk or folders, before or after the class
         raise SystemExit(f"grading stopped: {unwritable(error)}") from None
     except gradebook_faults() as error:  # locked, corrupt or gone before the class
@@ -345,7 +343,7 @@ def grade(assignment, root=".", db_url=None, jobs=None, limits=None, students=No
 
 def read_job(assignment, root, db_url, limits, students, late_policy):
     """The run's :class:`Job` from the course's files, or ``SystemExit`` with one line."""
-    from .release import source_assignments
+    from ..core.assignments import source_assignments
 
     db_url = engine_url(db_url or default_db_url(root))
     known = source_assignments(root)
@@ -356,7 +354,7 @@ def read_job(assignment, root, db_url, limits, students, late_policy):
         check_url(db_url)
         course = load_settings(root)
         retries = Retries.from_environment()
-        roster = read_roster(root / ROSTER) if (root / ROSTER).is_file() else None
+        roster = read_roster(root / ROSTER_CSV) if (root / ROSTER_CSV).is_file() else None
     except (GradebookError, ValueError) as error:
         raise SystemExit(str(error)) from None
     if isinstance(late_policy, str):  # the command line's spelling: the course's grace inherited
@@ -370,7 +368,7 @@ def read_job(assignment, root, db_url, limits, students, late_policy):
     if not names:
         raise SystemExit(f"no submissions of {assignment} under {root / SUBMITTED}: nothing graded")
     if roster and not students and not {e.student_id for e in roster} & set(names):
-        raise SystemExit(f"{root / ROSTER} matches none of the {len(names)} student folder(s) under "
+        raise SystemExit(f"{root / ROSTER_CSV} matches none of the {len(names)} student folder(s) under "
                          f"{root / SUBMITTED}: its student_id column must hold those folder names "
                          f"(columns expected: {', '.join(ROSTER_COLUMNS)})")
     return Job(assignment, root, db_url, names, course, roster, limits, retries)
@@ -422,7 +420,7 @@ def expected_seconds(root, assignment, students):
     return seconds
 
 
-def grade_class(job):
+def grade_job(job):
     """The three phases of a run: :func:`prepare`, :func:`run_class`, :func:`finish`.
 
     The run's scratch folder (student version, template gradebook, the workers' scratch),
@@ -459,7 +457,7 @@ def prepare(job, workdir, sockets):
     todo = [n for n in job.names if n not in skipped]
     expected = expected_seconds(job.root, job.assignment, todo)
     todo.sort(key=lambda s: (-expected.get(s, 0.0), s))
-    return Run(settings, test_cells(settings.release_dir), todo, skipped, watchdog)
+    return Run(settings, release_test_cells(settings.release_dir), todo, skipped, watchdog)
 
 
 def worker_settings(job, workdir, sockets):
@@ -506,7 +504,7 @@ def run_class(job, run):
     def on_result(result):
         signal.pthread_sigmask(signal.SIG_BLOCK, Signals.NAMES)  # record it whole, or not at all
         try:
-            keep(job.root, job.db_url, job.assignment, result, run.settings.run_id)
+            record_result(job.root, job.db_url, job.assignment, result, run.settings.run_id)
             results.append(result)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, Signals.NAMES)
@@ -522,7 +520,7 @@ def run_class(job, run):
         stopped = f"because {error}"
     except gradebook_faults() as error:  # locked, corrupt or gone mid-run
         stopped = f"because {fault_line(error)}"
-    except OSError as error:  # keep() could not write a course file: nothing half-written
+    except OSError as error:  # record_result() could not write a course file: nothing half-written
         stopped = f"because {unwritable(error)}"
     bar.close()
     return results, stopped
@@ -555,13 +553,13 @@ def finish(job, run, results, stopped, seconds):
                  and not r.page_agrees(settled[r.student])]
         if stale:  # an extension or a manual grade the worker's scratch gradebook had not
             write_feedback_pages(job.root, job.db_url, job.assignment, stale, job.course)
-        summary.write_csv(job.root / "grades.csv", job.assignment, results, run.tests,
+        summary.write_csv(job.root / GRADES_CSV, job.assignment, results, run.tests,
                           standings=settled, missing=absent.missing if absent else (), similar=similar)
     except OSError as error:
         stopped = stopped or f"because {unwritable(error)}"
     except gradebook_faults() as error:  # the pages re-rendered from a gradebook lost mid-run
         stopped = stopped or f"because {fault_line(error)}"
-    summary.report(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
+    summary.print_summary(job.assignment, results, run.tests, seconds, job.jobs, run.settings,
                    out=job.out, skipped=[] if stopped else run.skipped, standings=settled,
                    roster=absent, similar=pairs)
     if stopped:
@@ -577,23 +575,20 @@ def finish(job, run, results, stopped, seconds):
 def write_feedback_pages(root, db_url, assignment, students=None, course=None):
     """Render the feedback pages of ``students`` (default: everyone with an autograded
     notebook) from the class gradebook: its scores, manual ones included, and its late
-    penalties, as ``feedback`` does after manual grading; pages are polished
-    (:func:`autograder.worker.feedback.polish`), a late one saying how late and under which
+    penalties, as ``feedback`` does after manual grading, by the workers' own render path
+    (:func:`autograder.core.feedback_page.render_feedback`, then
+    :func:`autograder.core.feedback_page.rewrite_feedback_html`), a late one saying how late and under which
     policy (``course``'s, default ``course.toml``'s: :func:`load_settings`). Returns the students of the gradebook
     (of ``students``) who have no autograded notebook to render (``nbgrader autograde
     --force`` empties the folder before it looks for a notebook), whose page is left as
     it was."""
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
-
     from ..core.nbgrader_config import course_config
-    from ..worker.feedback import polish
 
     root = Path(root).resolve()
     for student in [glob.escape(s) for s in students] if students else ["*"]:  # ids, not patterns
         c = course_config(root, db_url, assignment, student)
         c.BaseConverter.force = True
-        GenerateFeedback(coursedir=CourseDirectory(config=c), config=c).start()
+        render_feedback(c)
     with open_gradebook(db_url) as gb:
         manual = {(sub.student_id, g.name) for sub in gb.assignment_submissions(assignment)
                   for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade}
@@ -608,7 +603,7 @@ def write_feedback_pages(root, db_url, assignment, students=None, course=None):
         if graded.exists():
             nb = nbformat.read(graded, as_version=4)
             needs = {name for who, name in manual if who == student}
-            page.write_text(polish(page.read_text(), nb, needs, late.get(student)))
+            page.write_text(rewrite_feedback_html(page.read_text(), nb, needs, late.get(student)))
     install_mathjax(root / FEEDBACK)
     return sorted(s for s in graded_students(db_url, assignment)
                   if (not students or s in students) and not has_page_source(root, s, assignment))
@@ -638,7 +633,7 @@ def unwritable(error):
     return f"cannot write{where}: {error.strerror or error}"
 
 
-def keep(root, db_url, assignment, result, run):
+def record_result(root, db_url, assignment, result, run):
     """Record ``result``: gradebook first, then its files, then the stamp that marks it done
     (the digest graded, the status, the seconds it took and ``run``, the id of the run).
 

@@ -17,10 +17,9 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from time import monotonic
 
+from ..core.grading_run import call_by_name, last_bytes
 from ..core.results import WorkerStart
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
-from ..worker import loop
-from ..worker.pipeline import last_bytes
 from .schedule import HostFault, failed, parse_result
 
 PREFLIGHT_SECONDS = 90  # a new worker's preflight ends well within this (its kernel: ~50 s at most)
@@ -34,10 +33,12 @@ class Worker:
     def __init__(self, settings, index):
         # fork: the worker starts with nbgrader already imported, and grade() works
         # from scripts without a ``__main__`` guard. The parent holds no open
-        # gradebook connection or threads while it forks.
+        # gradebook connection or threads while it forks. The worker imports its own code
+        # (``worker.loop``) once forked: the host names it, never imports it.
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=loop.main, args=(child, settings, index), daemon=True)
+        self.process = ctx.Process(target=call_by_name, args=("worker.loop", "main", child, settings, index),
+                                   daemon=True)
         self.process.start()
         child.close()
         self.student, self.started = None, monotonic()

@@ -21,7 +21,6 @@ import copy
 import hashlib
 import io
 import json
-import re
 import tempfile
 import zipfile
 from base64 import urlsafe_b64encode
@@ -29,11 +28,14 @@ from pathlib import Path
 
 import nbformat
 
+from ..core.assignments import source_assignments
+from .parts import part_id
 from ..core.cells import (grade_id, is_setup_cell, is_solution, is_test_cell, is_written_answer,
                           judged_source, nbgrader_meta, visible_source)
+from ..core.course_files import GRADEBOOK, RELEASE, SOURCE
 from ..core.gradebook import sqlite_url
 from ..core.limits import Limits
-from ..core.nbgrader_config import RELEASE, SOURCE, course_config, prepare_nbgrader
+from ..core.nbgrader_config import course_config, prepare_nbgrader
 from ..core.policy import load_self_check
 
 SELF_CHECK_TAG = "self-check"
@@ -50,13 +52,6 @@ SELFCHECK_ENTRY = ('"""Check my work: ``SelfCheck`` of :mod:`autograder.selfchec
                    '# noqa: F401\n')
 
 
-def source_assignments(root):
-    """Ids of the assignments that have a source folder under ``root/solutions``."""
-    source = Path(root) / SOURCE
-    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) \
-        if source.is_dir() else []
-
-
 def generate(assignment, root=".", release_dir=None, db_url=None):
     """Generate the student version of ``assignment``; return its folder.
 
@@ -70,7 +65,7 @@ def generate(assignment, root=".", release_dir=None, db_url=None):
     prepare_nbgrader()
     root = Path(root).resolve()
     with tempfile.TemporaryDirectory(prefix="autograder-gen-") as tmp:
-        c = course_config(root, db_url or sqlite_url(Path(tmp) / "gradebook.db"), assignment=assignment)
+        c = course_config(root, db_url or sqlite_url(Path(tmp) / GRADEBOOK), assignment=assignment)
         c.CourseDirectory.release_directory = str(release_dir or RELEASE)
         c.BaseConverter.force = True
         GenerateAssignment(coursedir=CourseDirectory(config=c), config=c).start()
@@ -121,12 +116,6 @@ def is_self_check_cell(cell):
     return SELF_CHECK_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def part_of(cell_grade_id):
-    """``"p3"`` for ``"p3_hidden"`` (the course's grade ids start with their part)."""
-    match = re.match(r"(p\d+)_", cell_grade_id or "")
-    return match.group(1) if match else None
-
-
 def selfcheck_bank(nb, assignment, mode="full", answers="reveal", cell_timeout=Limits.cell_timeout):
     """What the self-check of ``assignment`` needs from its *source* notebook ``nb``.
 
@@ -146,7 +135,7 @@ def selfcheck_bank(nb, assignment, mode="full", answers="reveal", cell_timeout=L
     setup = []
     for cell in nb.cells:
         gid = grade_id(cell)
-        pid = part_of(gid)
+        pid = part_id(gid)
         if is_setup_cell(cell):
             setup.append(cell.source)
         elif pid is None:

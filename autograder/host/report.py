@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.course_files import REPORTS
 from ..core.untrusted import csv_safe
 from . import report_data as data
 from . import report_page as ui
@@ -391,7 +392,7 @@ def write_report(root, db_url, assignment=None, to=None, anonymize=False):
     gradebook that cannot be opened.
     """
     root = Path(root).resolve()
-    folder = Path(to) if to else root / data.REPORTS
+    folder = Path(to) if to else root / REPORTS
     folder = folder if folder.is_absolute() else root / folder
     try:
         out = Output(folder)

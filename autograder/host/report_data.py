@@ -13,8 +13,7 @@ hostile): the autograded notebooks (a failed test cell's ``error`` output holds 
 message), the ``.autograder.json`` stamps (seconds), ``grades.csv`` (limits hit, flags,
 status) and ``roster.csv``.
 
-* :func:`assignment_parts`: an assignment's parts and the concept each tests, from the
-  source notebook's ``## Part N: ...`` headings (the one source: no second list);
+* an assignment's parts and the concept each tests come from :mod:`autograder.host.parts`;
 * :func:`assignment_stats`: everything one assignment's page shows
   (:class:`AssignmentStats`);
 * :func:`term_stats`: the student-by-assignment matrix and the early warnings
@@ -44,67 +43,20 @@ from pathlib import Path
 import nbformat
 
 from ..checks._common import diagnosis_key, diagnosis_sentence
-from ..core.cells import grade_id, is_test_cell, is_written_answer
+from ..core.cells import grade_id, is_test_cell
 from ..core.gradebook import open_gradebook
-from ..core.nbgrader_config import AUTOGRADED, FEEDBACK, SOURCE
+from ..core.course_files import AUTOGRADED, FEEDBACK, GRADES_CSV, REPORT_SECRET, ROSTER_CSV, STAMP
 from ..core.untrusted import csv_text
+from .parts import Part, assignment_parts, part_by_test_cell
 
-STAMP = ".autograder.json"     # the driver's stamp beside an autograded submission
-GRADES_CSV = "grades.csv"
-ROSTER_CSV = "roster.csv"
-SECRET = ".report-secret"      # per-course key of the pseudonyms, at the course root
-REPORTS = "reports"            # the report's default folder, under the course root
 STREAM_ROWS = 2000             # rows fetched per round trip while streaming
 EXAMPLES = 3                   # example feedback pages per failure message
 ALPHA = 0.05                   # family-wise significance level of the co-failure tests
 WARNING_MIN_ASSIGNMENTS = 3    # early warning: at least this many assignments so far ...
 WARNING_SLOPE = -10.0          # ... and a least-squares trend of at most this many points/assignment
-PART_HEADING = re.compile(r"^#{1,6}\s*(Part\s+\d+)\s*[:.\-\u2013\u2014]?\s*(.*)$", re.I | re.M)
-
-
-def report_page_path(root, assignment):
-    """Where ``report`` writes ``assignment``'s page by default (the summary of ``grade`` names it)."""
-    return Path(root) / REPORTS / f"{assignment}.html"
 
 
 # -- the parts of an assignment -------------------------------------------------------------
-@dataclass(frozen=True)
-class Part:
-    """One part of an assignment: its heading (``Part 2``), the concept it tests, its cells."""
-
-    name: str
-    concept: str
-    tests: tuple[tuple[str, str], ...]     # (notebook, grade id) of its autograded test cells
-    written: tuple[tuple[str, str], ...]   # its answers graded by hand
-
-
-def assignment_parts(root, assignment):
-    """The parts of ``assignment``'s source notebooks, in order.
-
-    A cell belongs to the last ``Part N: concept`` heading above it; cells before any
-    such heading form a part named after the notebook. The concept is the heading's text
-    after ``Part N:`` (backticks kept: it usually names the function).
-    """
-    parts = []
-    for path in sorted((Path(root) / SOURCE / assignment).glob("*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
-        current = {"name": path.stem, "concept": "", "tests": [], "written": []}
-        found = [current]
-        for cell in nb.cells:
-            heading = PART_HEADING.search(cell.source) if cell.cell_type == "markdown" else None
-            if heading:
-                current = {"name": heading.group(1).title(), "concept": heading.group(2).strip(),
-                           "tests": [], "written": []}
-                found.append(current)
-            if is_test_cell(cell):
-                current["tests"].append((path.stem, grade_id(cell)))
-            elif is_written_answer(cell):
-                current["written"].append((path.stem, grade_id(cell)))
-        parts += [Part(p["name"], p["concept"], tuple(p["tests"]), tuple(p["written"]))
-                  for p in found if p["tests"] or p["written"]]
-    return parts
-
-
 # -- failure messages -----------------------------------------------------------------------
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?![\w])")
@@ -261,7 +213,7 @@ class Pseudonyms:
     def __init__(self, root, enabled):
         self.enabled, self.key = enabled, None
         if enabled:
-            path = Path(root) / SECRET
+            path = Path(root) / REPORT_SECRET
             if not path.exists():
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as f:
@@ -509,15 +461,11 @@ class AssignmentStats:
     not_on_roster: list[str]
 
 
-def part_of(parts):
-    return {cell: p.name for p in parts for cell in p.tests}
-
-
 def assignment_stats(root, db_url, assignment):
     """Read one assignment's gradebook rows (streamed) and run records into :class:`AssignmentStats`."""
     root = Path(root)
     parts = assignment_parts(root, assignment)
-    where = part_of(parts)
+    where = part_by_test_cell(parts)
     runs = grades_csv_rows(root, assignment)
     with open_gradebook(db_url) as gb:
         dates = dict(gradebook_assignments(gb))
@@ -566,7 +514,7 @@ def collect_messages(root, sub, assignment, groups, where=None):
     (the checks' ``[mistake: key]``) once per student whatever cells it failed, any other
     message by test cell and normalised text, and a notebook that gave no message at all
     (unreadable, or no test cell ran) as one row, not one per cell. With ``where`` (test cell ->
-    part, :func:`part_of`), an undiagnosed failure of a part in which a test cell of the same
+    part, :func:`autograder.host.parts.part_by_test_cell`), an undiagnosed failure of a part in which a test cell of the same
     student names a mistake (a visible test of the part beside the hidden one that diagnosed it)
     counts as that mistake: the mistake is counted once, not once more as a message."""
     notebooks = {nb for nb, _ in sub.failed_tests}

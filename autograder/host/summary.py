@@ -9,6 +9,7 @@ from pathlib import Path
 from datetime import timedelta
 from time import monotonic
 
+from ..core.course_files import report_page
 from ..core.policy import duration_text
 from ..core.results import LimitKind, Status
 from ..core.untrusted import csv_safe, csv_text, printable
@@ -249,7 +250,7 @@ def cluster_line(students, functions):
     return f"{len(students)} students: {names}: {linked}"
 
 
-def report(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
+def print_summary(assignment, results, tests, seconds, jobs, settings, out=None, skipped=(),
            standings=None, roster=None, similar=None):
     """Print the class summary; scores are the gradebook's ``standings`` (after the penalty).
 
@@ -272,10 +273,8 @@ def report(assignment, results, tests, seconds, jobs, settings, out=None, skippe
     scores = [final.get(r.student, r.score) for r in results]
     p(f"Score: mean {sum(scores) / n:.2f}, min {min(scores):g}, max {max(scores):g}"
       f" of {max(r.max_score for r in results):g}")
-    from .report_data import report_page_path
-
     p(f"What the class got wrong, with plots: python -m autograder report {assignment}"
-      f" (writes {report_page_path(settings.root, assignment)})")
+      f" (writes {report_page(settings.root, assignment)})")
     waiting = {r.student: len(r.manual_cells()) for r in results if r.manual_cells()}
     if waiting:
         p(f"Written answers to grade by hand: {sum(waiting.values())} of {len(waiting)} student(s). "

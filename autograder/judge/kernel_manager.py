@@ -14,7 +14,7 @@ uses instead of jupyter_client's default. For each kernel it
   sandbox (:data:`SOCKETS_ENV`; the kernel's boot code hands each to ZeroMQ with
   ``ZMQ_USE_FD``), so the kernel needs no write access to bind them. It is made under a
   short fixed root (:data:`SOCKET_BASE`, or a run's folder made there by
-  :func:`make_socket_root`), never under ``TMPDIR`` or the course: a Unix socket's path
+  :func:`autograder.core.grading_run.make_socket_root`), never under ``TMPDIR`` or the course: a Unix socket's path
   must fit in 107 bytes, however long the host's paths are (:func:`check_socket_path`);
 * launches :mod:`autograder.sandbox.launcher` (see there) with the run's limits, which
   starts the kernel under bubblewrap as ``nobody`` in its own cgroup;
@@ -37,13 +37,13 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool, Unicode
 
+from ..core.grading_run import SOCKET_BASE
 from ..core.limits import Limits
 from ..sandbox import cgroups
 from ..sandbox.launcher import BOOT, NOBODY, PARENT_ENV, SOCKETS_ENV, kernel_argv
 from ..sandbox.limits import SandboxLimits
 
 
-SOCKET_BASE = "/tmp"  # fixed and short, whatever TMPDIR says: socket paths must stay short
 SUN_PATH_MAX = 107    # bytes of a Unix socket's path (Linux's sun_path, less its final NUL)
 PORT_SUFFIX = "-65535"  # what zmq's ipc transport appends to ``ip`` for each channel, at most
 KILLED_POLL = 0.005     # seconds between looks at a killed kernel's process (see _async_wait)
@@ -51,21 +51,6 @@ KILLED_POLL = 0.005     # seconds between looks at a killed kernel's process (se
 
 class SocketPathError(OSError):
     """A kernel's socket path would not fit in a Unix socket address."""
-
-
-def make_socket_root(run):
-    """A fresh folder ``autograder-<run>-sockets-*`` under :data:`SOCKET_BASE` for the kernel
-    socket folders of grading run ``run`` (named after it, like the run's scratch folders and
-    cgroups, so whatever a run leaves behind says which run it was).
-
-    ``mkdtemp`` creates it atomically with a random name (no one can have made it in
-    advance, or swap it: ``/tmp`` is sticky), owned by this user; 0711 lets the kernels
-    (user ``nobody``) reach their own folders in it, and list nothing. The caller removes
-    it with everything in it when the run ends, the folders of killed workers included.
-    """
-    path = tempfile.mkdtemp(prefix=f"autograder-{run}-sockets-", dir=SOCKET_BASE)
-    os.chmod(path, 0o711)
-    return path
 
 
 def check_socket_path(ip):

@@ -10,7 +10,7 @@ attempt counts again) and ``feedback/`` (its pages as the course rendered them).
 exchange folder's first part) and must be a plain id (:func:`check_student`); the
 assignment must be one of the course's; the folder is named by a random token; an upload is
 written as ``<assignment>.ipynb``; an exchange folder is read with
-:func:`autograder.worker.intake.read_submission` (no link followed, every file capped) and
+:func:`autograder.core.submission_folder.read_submission` (no link followed, every file capped) and
 only its plain regular files are written back, under their own plain names.
 """
 
@@ -21,8 +21,10 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..core.nbgrader_config import SUBMITTED
-from ..worker.intake import NOTEBOOK_BYTES, TIMESTAMP, Kind, read_notebook, read_submission
+from ..core.course_files import SECRET, SUBMITTED, TIMESTAMP
+from ..core.times import nbgrader_time
+from ..core.notebook_file import NOTEBOOK_BYTES, read_notebook
+from ..core.submission_folder import Kind, read_submission
 
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,127}")
@@ -49,7 +51,7 @@ def folder(state, token):
 
 def handed_in_text(moment):
     """A time as nbgrader's ``timestamp.txt`` holds it."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    return nbgrader_time(moment)
 
 
 def write_synced(path, data):
@@ -145,5 +147,5 @@ def pages(state, token):
 
 def secret(state, token):
     """The attempt's ``submission_secret.txt`` (the exchange's), or None."""
-    path = folder(state, token) / SUBMISSION / "submission_secret.txt"
+    path = folder(state, token) / SUBMISSION / SECRET
     return path.read_text().strip() if path.is_file() else None

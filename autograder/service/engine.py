@@ -12,7 +12,7 @@ One process, one thread (it forks the grading workers). Each turn of :meth:`Serv
    (:class:`autograder.host.pool.LocalWorkers`) or the Dask cluster
    (:class:`autograder.host.cluster.DaskCluster`), with the same worker settings as a
    ``grade`` run (:func:`autograder.host.driver.worker_settings`);
-3. records each result as ``grade`` does (:func:`autograder.host.driver.keep`, then the late
+3. records each result as ``grade`` does (:func:`autograder.host.driver.record_result`, then the late
    penalties and the pages they change), then sets the gradebook back to the attempt that
    counts (``counts = "best"``: a lower score does not replace a higher one), so
    ``submitted/`` always holds the counted attempt and ``grade --force`` gives the same
@@ -29,7 +29,6 @@ workers are killed, attempts in flight go back to the queue; ``kill -9`` leaves 
 ``grading``, and the next start puts them back (:meth:`Journal.recover`).
 """
 
-import html
 import shutil
 import signal
 import sys
@@ -38,66 +37,26 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
-from time import monotonic, sleep, time
+from time import monotonic, sleep
 
-import nbformat
 
-from ..core.cells import grade_id, is_test_cell
 from ..core.gradebook import fault_line, gradebook_faults, open_gradebook, standings
-from ..core.nbgrader_config import FEEDBACK, SOURCE
+from ..core.course_files import FEEDBACK, ROSTER_CSV, SOURCE
 from ..core.policy import apply_late_policy, load_service_rules, load_settings, refusal
 from ..core.results import Status
 from ..core.untrusted import printable
 from ..host import driver
 from ..host.schedule import Breaker, HostFault, TransportError, overdue
-from ..judge.kernel_manager import make_socket_root
+from ..core.grading_run import make_socket_root
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
-from ..worker.feedback import CSP_META
 from . import attempts as files
 from .journal import DONE, REFUSED, Journal
+from .pages import refusal_page, shown_test_cells, summary_page
 
 IDLE_SECONDS = 120.0   # a lane with nothing to grade for this long lets its workers go
 LOOK_SECONDS = 0.25    # the longest wait for a result or a new attempt
 HOST_RETRIES = 2       # a result that is the host's fault is graded again this often
 LOCK_RETRY_SECONDS = 2.0
-
-
-def shown_test_cells(root, assignment, withheld):
-    """Grade ids of the test cells whose verdicts a student sees: every test cell, or
-    (``withheld``: before the due date under ``before_due = "visible"``) only those whose
-    tests the student version shows (no hidden tests in them)."""
-    shown = set()
-    for path in sorted((Path(root) / SOURCE / assignment).glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            if is_test_cell(cell) and not (withheld and "BEGIN HIDDEN TESTS" in cell.source):
-                shown.add(grade_id(cell))
-    return shown
-
-
-def verdicts(result, shown):
-    """``[(notebook, grade id, score, max score)]`` of the test cells of ``result`` (a
-    :class:`StudentResult`) that are in ``shown``."""
-    return [(nb.name, g.name, g.auto_score, g.max_score) for nb in result.notebooks
-            for g in nb.grades if g.auto_score is not None and g.name in shown]
-
-
-def summary_page(assignment, result, shown, due):
-    """The page a student gets before the due date under ``before_due = "visible"``."""
-    rows = "".join(f"<tr><td>{html.escape(cell)}</td><td>{score:g} / {top:g}</td></tr>"
-                   for _, cell, score, top in verdicts(result, shown))
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}"
-            f"<title>{html.escape(assignment)}: score</title></head><body>"
-            f"<h1>{html.escape(assignment)}</h1><p>Score: {result.score:g} / {result.max_score:g}</p>"
-            f"<p>Until the due date ({due:%Y-%m-%d %H:%M} UTC) this page shows the score and the "
-            f"verdicts of the tests you can see; the full feedback comes after it.</p>"
-            f"<table><tr><th>test cell</th><th>score</th></tr>{rows}</table></body></html>").encode()
-
-
-def refusal_page(assignment, why):
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{CSP_META}"
-            f"<title>{html.escape(assignment)}: not graded</title></head><body>"
-            f"<h1>{html.escape(assignment)}</h1><p>This submission was not graded: "
-            f"{html.escape(why)}.</p></body></html>").encode()
 
 
 @dataclass
@@ -132,7 +91,7 @@ class Service:
     def __init__(self, root, db_url, state, jobs=None, client=None, exchange=None,
                  limits=None, sandboxed=True, log=sys.stderr):
         from ..core.limits import Limits, Retries
-        from ..host.release import source_assignments
+        from ..core.assignments import source_assignments
 
         self.root, self.db_url, self.state = Path(root).resolve(), db_url, Path(state)
         self.client, self.sandboxed, self.log = client, sandboxed, log
@@ -282,7 +241,7 @@ class Service:
     def roster(self):
         from ..host.roster import read_roster
 
-        path = self.root / driver.ROSTER
+        path = self.root / ROSTER_CSV
         return read_roster(path) if path.is_file() else None
 
     def collect_results(self):
@@ -326,7 +285,7 @@ class Service:
 
     def record(self, lane, attempt, result):
         student, assignment = attempt.student, attempt.assignment
-        driver.keep(self.root, self.db_url, assignment, result, driver.run_id(lane.workdir))
+        driver.record_result(self.root, self.db_url, assignment, result, driver.run_id(lane.workdir))
         if result.status != Status.ERROR:
             self.settle_page(lane, assignment, student, result)
             files.keep_result(self.state, attempt.token, result)
@@ -374,7 +333,7 @@ class Service:
         if counted is None or (kept := files.load_result(self.state, counted.token)) is None:
             return
         files.install(self.root, self.state, counted.token, student, assignment)
-        driver.keep(self.root, self.db_url, assignment, kept, "serve")
+        driver.record_result(self.root, self.db_url, assignment, kept, "serve")
         self.settle_page(lane, assignment, student, kept)
         self.journal.set_counted(student, assignment, counted.id)
 
@@ -437,17 +396,3 @@ class Service:
                 del self.lanes[name]
         if not self.lanes and not self.journal.queue():
             self.unlock()
-
-
-def throughput(journal, now=None):
-    """Per assignment: attempts graded in the last hour, and the median and worst seconds
-    from acceptance to result of those: ``{assignment: (count, p50, max)}``."""
-    now = now or time()
-    by = {}
-    for a in journal.rows("state = ? AND finished > ?", (DONE, now - 3600)):
-        by.setdefault(a.assignment, []).append(a.finished - a.received)
-    out = {}
-    for assignment, waits in sorted(by.items()):
-        waits.sort()
-        out[assignment] = (len(waits), waits[len(waits) // 2], waits[-1])
-    return out

@@ -21,8 +21,10 @@ from pathlib import Path
 
 from nbgrader.utils import notebook_hash
 
+from ..core.course_files import SECRET
 
-SECRET = re.compile(r"[0-9a-f]{128}")  # nbgrader's secrets.token_hex(64)
+
+SECRET_TEXT = re.compile(r"[0-9a-f]{128}")  # nbgrader's secrets.token_hex(64)
 SETTLED_SECONDS = 5.0
 
 
@@ -32,10 +34,10 @@ def landed(folder, now=None):
     the last thing written. A folder without one (another writer) counts once nothing in it
     has changed for :data:`SETTLED_SECONDS`."""
     try:
-        secret = (folder / "submission_secret.txt").read_bytes()[:200].decode("ascii", "replace")
+        secret = (folder / SECRET).read_bytes()[:200].decode("ascii", "replace")
     except OSError:
         secret = ""
-    if SECRET.fullmatch(secret.strip()):
+    if SECRET_TEXT.fullmatch(secret.strip()):
         return True
     try:
         with os.scandir(folder) as entries:

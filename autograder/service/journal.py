@@ -226,3 +226,17 @@ class Journal:
                            "DO UPDATE SET value = excluded.value", (name, value))
         row = self.db.execute("SELECT value FROM switches WHERE name = ?", (name,)).fetchone()
         return row[0] if row else ""
+
+
+def throughput(journal, now=None):
+    """Per assignment: attempts graded in the last hour, and the median and worst seconds
+    from acceptance to result of those: ``{assignment: (count, p50, max)}``."""
+    now = now or time.time()
+    by = {}
+    for a in journal.rows("state = ? AND finished > ?", (DONE, now - 3600)):
+        by.setdefault(a.assignment, []).append(a.finished - a.received)
+    out = {}
+    for assignment, waits in sorted(by.items()):
+        waits.sort()
+        out[assignment] = (len(waits), waits[len(waits) // 2], waits[-1])
+    return out

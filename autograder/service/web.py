@@ -22,10 +22,10 @@ Instructors (Hub admins, and ``[service] instructors`` of ``course.toml``):
 **A student sees only their own attempts**: every lookup is by (the Hub's user, token), and
 any miss, another student's token included, answers the same 404 "not found", as does an
 instructor route for a student. Uploads are bounded: one notebook of at most
-:data:`autograder.worker.intake.NOTEBOOK_BYTES` (the request body is capped before it is
+:data:`autograder.core.notebook_file.NOTEBOOK_BYTES` (the request body is capped before it is
 read), :data:`UPLOADS_PER_MINUTE` upload requests per student, then the course's attempt
 rules. Forms carry tornado's XSRF token (the Hub's, under its OAuth); pages carry a CSP
-(feedback pages the course's own, :data:`autograder.worker.feedback.CONTENT_SECURITY_POLICY`).
+(feedback pages the course's own, :data:`autograder.core.feedback_page.CONTENT_SECURITY_POLICY`).
 Nothing a student sends names a file: the assignment must be one of the course's, the
 token is looked up, not opened.
 """
@@ -41,10 +41,10 @@ from pathlib import Path
 
 from tornado import web
 
-from ..core.nbgrader_config import FEEDBACK
+from ..core.course_files import FEEDBACK
 from ..core.policy import load_service_rules, load_settings, refusal
-from ..worker.feedback import CONTENT_SECURITY_POLICY, MATHJAX_DIR
-from ..worker.intake import NOTEBOOK_BYTES
+from ..core.feedback_page import CONTENT_SECURITY_POLICY, MATHJAX_DIR
+from ..core.notebook_file import NOTEBOOK_BYTES
 from . import attempts as files
 from .journal import DONE, QUEUED, Journal
 
@@ -60,7 +60,7 @@ class Course:
     """What the web process reads: the course root, the journal, the rules."""
 
     def __init__(self, root, state, prefix="/"):
-        from ..host.release import source_assignments
+        from ..core.assignments import source_assignments
 
         self.root, self.state = Path(root).resolve(), Path(state)
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
@@ -103,7 +103,7 @@ class Course:
 
     def describe(self, attempt):
         """The JSON of one attempt, as its student may see it."""
-        from .engine import shown_test_cells, verdicts
+        from .pages import shown_test_cells, verdicts
 
         out = {"id": attempt.token, "assignment": attempt.assignment, "state": attempt.state,
                "received": datetime.fromtimestamp(attempt.received, timezone.utc).isoformat(),
@@ -289,7 +289,7 @@ class ApiAttempt(Api):
 
 
 def queue_view(course):
-    from .engine import throughput
+    from .journal import throughput
 
     j = course.journal
     return {"paused": j.switch("paused") == "yes",

@@ -15,7 +15,7 @@ is compared with the student version generated from the source notebook:
   flag that counts, ``calls-sdpa``, is recorded by the judge from the calls it makes
   (:func:`autograder.judge.verdict.sdpa_flags`);
 * ``functions``: name -> source of every function the student wrote, for the
-  class-wide comparison (:func:`autograder.worker.similarity.fingerprints`, kept by the driver).
+  class-wide comparison (:func:`autograder.core.similarity.fingerprints`, kept by the driver).
 """
 
 import copy
@@ -71,7 +71,7 @@ class AuditFindings:
 
 def audit(submission_nb, release_nb) -> AuditFindings:
     """Compare a submission with its student version."""
-    from .similarity import functions, resembles_reference
+    from ..core.similarity import functions, resembles_reference
 
     locked = locked_cells(release_nb)
     # the stubs as handed out: a function still equal to its stub is nobody's work
@@ -100,8 +100,8 @@ def audit(submission_nb, release_nb) -> AuditFindings:
 
 
 def shape_of(source):
-    """A function's token shape (see :func:`autograder.worker.similarity.shape`), as a hashable value."""
-    from .similarity import shape
+    """A function's token shape (see :func:`autograder.core.similarity.shape`), as a hashable value."""
+    from ..core.similarity import shape
 
     return tuple(token for token, _ in shape(source))
 

@@ -19,6 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
+from ..core.course_files import GRADEBOOK
 from ..core.gradebook import sqlite_url
 from ..core.limits import cap_worker_memory
 from ..core.nbgrader_config import prepare_nbgrader
@@ -43,7 +44,7 @@ def serve(conn, settings, index):
     and send back results; None stops."""
     workdir = Path(settings.workdir) / f"worker{index}"
     workdir.mkdir(parents=True, exist_ok=True)
-    db = workdir / "gradebook.db"
+    db = workdir / GRADEBOOK
     shutil.copy(settings.template_db, db)
     db_url = sqlite_url(db)
     os.environ.update(settings.limits.environment())

@@ -10,48 +10,30 @@ which no kernel can see. The parent copies the scores into the class gradebook,
 one student at a time.
 """
 
-import hashlib
 import logging
-import os
 import re
 import shutil
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from time import monotonic
 
 import nbformat
 
+from ..core.feedback_page import CSP_META, render_feedback, rewrite_feedback_html
+from ..core.grading_run import last_bytes
 from ..core.gradebook import forget_submission, keep_engines_in_nbgrader, make_scratch, read_scores
-from ..core.limits import Limits, Retries
-from ..core.nbgrader_config import (AUTOGRADED, FEEDBACK, SUBMITTED, autograde_settings,
-                                    course_config)
-from ..core.policy import CourseSettings, apply_late_policy, late_note
+from ..core.course_files import AUTOGRADED, FEEDBACK, SECRET, SUBMITTED, TIMESTAMP
+from ..core.nbgrader_config import autograde_settings, course_config
+from ..core.policy import apply_late_policy, late_note
 from ..core.results import LimitEvent, Status, StudentResult
+from ..core.times import nbgrader_time
+from ..core.submission_folder import digest_of, read_submission
 from ..core.untrusted import printable
 from .audit import audit, restore_deleted
-from .feedback import CSP_META, FeedbackExporter, polish
-from .intake import SECRET, TIMESTAMP, handed_in_time, read_submission, take_in
+from .intake import handed_in_time, take_in
 from .repair import describe, repair
-
-
-@dataclass
-class Settings:
-    """Everything a worker needs, picklable."""
-
-    root: str
-    assignment: str
-    template_db: str       # SQLite gradebook that knows the assignment
-    release_dir: str       # student version, generated for this run
-    workdir: str           # scratch space of the whole run (no kernel can see it)
-    limits: Limits = field(default_factory=Limits)
-    retries: Retries = field(default_factory=Retries)  # how often kernels are tried (the host's)
-    sandboxed: bool = True  # False only for trusted notebooks (the instructor's own)
-    run_id: str = ""        # names this run's kernel cgroups, so the driver can kill them all
-    course: CourseSettings = field(default_factory=CourseSettings)  # due dates, late policy
-    socket_root: str = ""   # the run's short folder of kernel sockets (never under TMPDIR)
 
 
 PREFLIGHT_STARTUP = 15.0  # seconds a preflight kernel may take to answer, per try
@@ -94,10 +76,10 @@ def preflight(settings, db_url, scratch):
     validate_metadata_once_per_schema()
     keep_engines_in_nbgrader()
     make_scratch(db_url)
-    said = Path(scratch).parent / "preflight.log"
-    said.unlink(missing_ok=True)
+    preflight_log = Path(scratch).parent / "preflight.log"
+    preflight_log.unlink(missing_ok=True)
     c = autograde_config(settings, db_url, INTERNAL_ID, scratch)
-    c.SandboxedKernelManager.startup_log = str(said)
+    c.SandboxedKernelManager.startup_log = str(preflight_log)
     c.LimitedExecute.spare_kernel = False
     executor = LimitedExecute(config=c)
     executor.kernel_name = "python3"  # the course's notebooks' kernel (nbgrader's default too)
@@ -106,9 +88,9 @@ def preflight(settings, db_url, scratch):
     try:
         executor._start()
     except KernelStartError as error:
-        last = [line for line in last_bytes(said).splitlines() if line.strip()][-1:]
+        last = [line for line in last_bytes(preflight_log).splitlines() if line.strip()][-1:]
         executor._stop()
-        said.unlink(missing_ok=True)
+        preflight_log.unlink(missing_ok=True)
         return f"{error}" + (f" (the kernel said: {printable(last[0].strip()[:200])})" if last else "")
     except BaseException:
         executor._stop()
@@ -121,9 +103,8 @@ class _SchemaValidators:
     """``jsonschema.validate`` with each schema's validator checked and built once.
 
     nbgrader checks every cell's metadata with ``jsonschema.validate``, which checks its
-    schema and builds a validator again for each cell: 40 ms of CPU per notebook of 25
-    cells, twice per autograde. This does the same check (the same ``best_match`` error
-    is raised) with one validator per schema and process.
+    schema and builds a validator again for each cell. This does the same check (the same
+    ``best_match`` error is raised) with one validator per schema and process.
     """
 
     def __init__(self):
@@ -151,23 +132,13 @@ def validate_metadata_once_per_schema():
         common.jsonschema = _SchemaValidators()
 
 
-def last_bytes(path, size=2000):
-    """The last ``size`` bytes of ``path`` as text ('' if it is not there)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 INTERNAL_ID = "student"  # the id every submission has inside a worker: no glob characters
 
 
 def stage_submission(settings, student, scratch, submission=None):
     """Take in the student's notebook, audit it and put it in ``scratch`` for nbgrader.
 
-    The folder is read once, by :func:`autograder.worker.intake.read_submission`, which
+    The folder is read once, by :func:`autograder.core.submission_folder.read_submission`, which
     follows no link out of ``submitted/<student>/<assignment>`` (a linked student or
     assignment folder is refused) and bounds what it reads;
     :func:`autograder.worker.intake.take_in` decides which notebook to grade (any name; the
@@ -185,12 +156,12 @@ def stage_submission(settings, student, scratch, submission=None):
     dest = Path(scratch) / INTERNAL_ID / settings.assignment
     shutil.rmtree(scratch, ignore_errors=True)
     dest.mkdir(parents=True)
-    if submission is None:  # on a Dask worker the client has read it (host/cluster.handed_in)
+    if submission is None:  # on a Dask worker the client has read it (host/cluster.read_handed_in)
         submission = read_submission(source, within=root / SUBMITTED)
     result = StudentResult(student=student, digest=digest_of(submission))
     handed, problem = handed_in_time(submission, datetime.now(timezone.utc))
     if handed is not None:
-        (dest / TIMESTAMP).write_text(handed.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+        (dest / TIMESTAMP).write_text(nbgrader_time(handed))
     if problem:
         result.message, result.flags = problem, ["bad-timestamp"]
     secret = submission.entry(SECRET)
@@ -276,57 +247,10 @@ def cause_of(error, logged):
     return printable(f"{type(error).__name__}: {error}")[:300]
 
 
-def submission_digest(folder):
-    """SHA-256 of what a student handed in to ``submitted/<student>/<assignment>`` (``folder``).
-
-    Read as grading reads it (:func:`autograder.worker.intake.read_submission`: no link
-    followed, neither the student's nor the assignment's folder may be a link).
-    """
-    folder = Path(folder)
-    return digest_of(read_submission(folder, within=folder.parent.parent))
-
-
-def digest_of(submission):
-    """SHA-256 of a :class:`~autograder.worker.intake.Submission`: every entry's name and
-    kind, and the bytes of its notebooks and collection files (or why they were not read)."""
-    digest = hashlib.sha256((submission.problem or "").encode())
-    for entry in submission.entries:
-        content = entry.data if entry.data is not None else (entry.problem or "").encode()
-        digest.update(os.fsencode(entry.name) + b"\0" + entry.kind.encode() + b"\0"
-                      + content + b"\0")
-    return digest.hexdigest()
-
-
-class _Shared:
-    feedback_exporter = None
-
-
-def generate_feedback(config):
-    """nbgrader's GenerateFeedback through a :class:`FeedbackExporter`, one per process.
-
-    A new exporter compiles its Jinja templates again (about a second of CPU);
-    the exporter holds no per-student state, so the worker keeps the first one.
-    """
-    from nbconvert.writers import FilesWriter
-    from nbgrader.converters import GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
-
-    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
-    converter.init_notebooks()
-    converter.writer = FilesWriter(parent=converter, config=converter.config)
-    if _Shared.feedback_exporter is None:
-        exporter = FeedbackExporter(parent=converter, config=converter.config)
-        for preprocessor in converter.preprocessors:
-            exporter.register_preprocessor(preprocessor)
-        _Shared.feedback_exporter = exporter
-    converter.exporter = _Shared.feedback_exporter
-    converter.convert_notebooks()  # paths are absolute: no chdir needed
-
-
 def collect_files(scratch_root, student, assignment, needs_manual, late=None):
     """The autograded notebooks and feedback pages as ``{path under the course root: bytes}``.
 
-    Feedback pages are polished (:func:`autograder.worker.feedback.polish`, with ``late``, the
+    Feedback pages are rewritten (:func:`autograder.core.feedback_page.rewrite_feedback_html`, with ``late``, the
     words on the late penalty, if any) on the way.
     The staged ``timestamp.txt`` and ``submission_secret.txt`` come along, which nbgrader
     copies into both folders too: ``nbgrader release_feedback`` reads them beside each page.
@@ -341,7 +265,7 @@ def collect_files(scratch_root, student, assignment, needs_manual, late=None):
             if kind == FEEDBACK and path.suffix == ".html":
                 graded = Path(scratch_root) / AUTOGRADED / INTERNAL_ID / assignment / f"{path.stem}.ipynb"
                 nb = nbformat.read(graded, as_version=4)
-                data = polish(data.decode(), nb, needs_manual, late).encode()
+                data = rewrite_feedback_html(data.decode(), nb, needs_manual, late).encode()
             files[f"{kind}/{student}/{assignment}/{path.relative_to(folder)}"] = data
     return files
 
@@ -376,7 +300,7 @@ def grade_student(settings, student, workdir, db_url, submission=None, more=True
             forget_submission(db_url, settings.assignment, INTERNAL_ID)
             stamp = scratch / INTERNAL_ID / settings.assignment / TIMESTAMP
             if not stamp.exists():  # without a timestamp.txt, the time of grading counts
-                stamp.write_text(datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+                stamp.write_text(nbgrader_time(datetime.now(timezone.utc)))
             with nbgrader_errors() as logged:
                 try:
                     Autograde(coursedir=CourseDirectory(config=c), config=c).start()
@@ -397,7 +321,7 @@ def grade_student(settings, student, workdir, db_url, submission=None, more=True
             unrendered = None
             with nbgrader_errors() as logged:
                 try:
-                    generate_feedback(c)
+                    render_feedback(c)
                 except OSError:
                     raise
                 except Exception as error:  # a page that cannot be rendered never costs the scores

@@ -14,32 +14,22 @@ Dask left it on: :func:`forget_plugin`), and each worker removes its scratch and
 kernels. :func:`grader_digest` runs here and in the client: both must grade with the same code.
 """
 
-import hashlib
 import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from distributed import WorkerPlugin
 
+from ..core.course_files import GRADEBOOK
 from ..core.gradebook import drop_engine, sqlite_url
+from ..core.grading_run import make_socket_root, plugin_name
 from ..core.nbgrader_config import prepare_nbgrader
-from ..judge.kernel_manager import make_socket_root
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
 from ..sandbox.launcher import unavailable_reason
 from . import pipeline
-from .pipeline import Settings
-
-
-@dataclass(frozen=True)
-class RunPayload:
-    """What every worker of one run needs, as plain data: settings, student version, template."""
-
-    settings: Settings       # paths in it are the client's; the plugin rewrites them
-    release: dict[str, bytes]       # notebook file name -> bytes of the student version
-    template_db: bytes              # SQLite gradebook that knows the assignment
 
 
 class GradingPlugin(WorkerPlugin):
@@ -54,7 +44,7 @@ class GradingPlugin(WorkerPlugin):
 
     def __init__(self, payload):
         self.payload = payload
-        self.name = f"autograder-{payload.settings.run_id}"
+        self.name = plugin_name(payload.settings.run_id)
         self.settings = None  # made on the worker, in setup()
 
     def setup(self, worker=None):
@@ -69,7 +59,7 @@ class GradingPlugin(WorkerPlugin):
         template = workdir / "template.db"
         template.write_bytes(self.payload.template_db)
         (workdir / "grader").mkdir()
-        shutil.copy(template, workdir / "grader" / "gradebook.db")
+        shutil.copy(template, workdir / "grader" / GRADEBOOK)
         self.settings = replace(self.payload.settings, root=str(workdir / "course"),
                                 release_dir=str(release), template_db=str(template),
                                 workdir=str(workdir),
@@ -99,9 +89,9 @@ class GradingPlugin(WorkerPlugin):
             return
         if _GRADING.acquire(blocking=False):
             try:
-                if _State.run == self.name:
+                if _ProcessRun.run == self.name:
                     SpareKernel.discard()
-                    _State.run = None
+                    _ProcessRun.run = None
             finally:
                 _GRADING.release()
         kill_run_cgroups(self.settings.run_id)  # the spare too, if a task holds the lock
@@ -113,9 +103,9 @@ class GradingPlugin(WorkerPlugin):
         """Make this run the one whose kernels this process starts (environment, directory)."""
         from ..judge.execute import SpareKernel
 
-        if _State.run != self.name:  # a spare kernel of another run has its limits: not ours
+        if _ProcessRun.run != self.name:  # a spare kernel of another run has its limits: not ours
             SpareKernel.discard()
-            _State.run = self.name
+            _ProcessRun.run = self.name
         os.environ.update(self.settings.limits.environment())
         os.environ[RUN_ENV] = self.settings.run_id
         os.chdir(self.settings.root)
@@ -124,10 +114,10 @@ class GradingPlugin(WorkerPlugin):
         return Path(self.settings.workdir) / "grader"
 
     def db_url(self):
-        return sqlite_url(self.grader_dir() / "gradebook.db")
+        return sqlite_url(self.grader_dir() / GRADEBOOK)
 
     def grade(self, student, submission, more=True):
-        """Grade one submission (an :class:`autograder.worker.intake.Submission`, read by the
+        """Grade one submission (a :class:`autograder.core.submission_folder.SubmissionFolder`, read by the
         client) in this worker's scratch course; ``more``: whether the run has students after it."""
         with _GRADING:
             self.enter()
@@ -138,7 +128,9 @@ class GradingPlugin(WorkerPlugin):
 _GRADING = threading.Lock()  # one submission at a time per worker process, whatever the run
 
 
-class _State:
+class _ProcessRun:
+    """The run whose environment (and spare kernel) this worker process has now."""
+
     run = None  # the plugin whose environment (and spare kernel) this worker process has
 
 
@@ -150,33 +142,3 @@ def grade_task(plugin_name, student, submission, more=True):
     from distributed import get_worker
 
     return get_worker().plugins[plugin_name].grade(student, submission, more)
-
-
-def grader_digest():
-    """SHA-256 of the code a verdict depends on, as this process imports it.
-
-    The grader (``autograder/``, its checks included) and the reference library the checks
-    compare with (``transformer_ref``).
-    """
-    import transformer_ref
-
-    digest = hashlib.sha256()
-    for package in (Path(__file__).resolve().parents[1], Path(transformer_ref.__file__).resolve().parent):
-        for path in sorted(package.rglob("*.py")):
-            digest.update(f"{package.name}/{path.relative_to(package)}".encode() + b"\0"
-                          + path.read_bytes())
-    return digest.hexdigest()
-
-
-async def forget_plugin(name, dask_worker):
-    """Remove plugin ``name`` from this worker (Dask's own removal) if it is still there;
-    True if it was.
-
-    Dask can leave an unregistered plugin behind on a worker that joined as the run ended
-    (the removal reached the new worker before the plugin it had been sent on joining), with
-    the run's scratch folder; the client calls this on every worker after unregistering.
-    """
-    if name not in dask_worker.plugins:
-        return False
-    await dask_worker.plugin_remove(name)
-    return True

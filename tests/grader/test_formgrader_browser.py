@@ -467,7 +467,7 @@ def test_the_policy_alone_stops_every_script_and_load(course, browser, recorder,
     (``<meta http-equiv=refresh>``): that request, and only that one, reaches the recorder."""
     from nbconvert.exporters import HTMLExporter
 
-    from autograder.worker.feedback import with_csp
+    from autograder.core.feedback_page import with_csp
 
     root, notebooks = course
     recorder.hits.clear()

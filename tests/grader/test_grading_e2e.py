@@ -264,7 +264,7 @@ def grading_run(tmp_path_factory):
 
     def run(assignment, course):
         if assignment not in runs:
-            runs[assignment] = grade_class(assignment, course, tmp_path_factory)
+            runs[assignment] = graded_assignment(assignment, course, tmp_path_factory)
         return runs[assignment]
     return run
 
@@ -281,7 +281,7 @@ def graded_full(request, grading_run):
     return grading_run(*request.param)
 
 
-def grade_class(assignment, course, tmp_path_factory):
+def graded_assignment(assignment, course, tmp_path_factory):
     """Build the synthetic class of ``assignment`` in a fresh course folder and grade it."""
     root = tmp_path_factory.mktemp(f"course-{assignment}")
     shutil.copytree(course / "solutions" / assignment, root / "solutions" / assignment)

@@ -32,8 +32,8 @@ import nbformat
 import pytest
 
 from autograder.host.release import generate
-from autograder.judge.kernel_manager import (SUN_PATH_MAX, SocketPathError, check_socket_path,
-                                             make_socket_root)
+from autograder.core.grading_run import make_socket_root
+from autograder.judge.kernel_manager import SUN_PATH_MAX, SocketPathError, check_socket_path
 from autograder.sandbox.launcher import unavailable_reason
 from test_grading_e2e import Class, points
 

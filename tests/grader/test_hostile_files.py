@@ -29,12 +29,12 @@ import nbformat
 import pytest
 
 from autograder.core.limits import Limits
-from autograder.core.nbgrader_config import FEEDBACK
+from autograder.core.course_files import FEEDBACK
 from autograder.host.driver import grade
 from autograder.worker import pipeline
 from autograder.host.release import generate
 from autograder.sandbox.launcher import unavailable_reason
-from autograder.worker.intake import NOTEBOOK_BYTES, NOTEBOOK_CELLS
+from autograder.core.notebook_file import NOTEBOOK_BYTES, NOTEBOOK_CELLS
 from notebooks import solution_source
 from tests.grader.test_grading_e2e import FIXTURE, Class
 
@@ -173,10 +173,10 @@ CONTENT_FAULTS = [  # (student, fault, flag, message piece)
 ]
 
 
-def generate_feedback_that_fails_on_a_marker(config):
-    """The worker's ``generate_feedback``, raising inside nbgrader's converter for one notebook
+def render_feedback_that_fails_on_a_marker(config):
+    """The worker's ``render_feedback``, raising inside nbgrader's converter for one notebook
     (as a template that cannot render it would): the scores must stand."""
-    from autograder.worker.feedback import FeedbackExporter
+    from autograder.core.feedback_page import FeedbackExporter
 
     original = FeedbackExporter.from_notebook_node
 
@@ -187,12 +187,12 @@ def generate_feedback_that_fails_on_a_marker(config):
 
     FeedbackExporter.from_notebook_node = from_notebook_node
     try:
-        return _generate_feedback(config)
+        return _render_feedback(config)
     finally:
         FeedbackExporter.from_notebook_node = original
 
 
-_generate_feedback = pipeline.generate_feedback
+_render_feedback = pipeline.render_feedback
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,7 @@ def hostile(tmp_path_factory):
     out, err = io.StringIO(), io.StringIO()
     started = datetime.now(timezone.utc)
     with contextlib.redirect_stderr(err), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pipeline, "generate_feedback", generate_feedback_that_fails_on_a_marker)
+        patch.setattr(pipeline, "render_feedback", render_feedback_that_fails_on_a_marker)
         results = grade(AID, root, progress=False, out=out, **LIMITS)
     return dict(root=root, klass=klass, expected=expected, out=out.getvalue(), err=err.getvalue(),
                 results={r.student: r for r in results}, started=started)

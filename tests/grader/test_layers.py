@@ -1,15 +1,22 @@
-"""The grader's layout is its process map: what each folder's code may import.
+"""The grader's layout is its process map: what each process loads, and what each folder may import.
 
-Every ``import`` of every module (at the top or inside a function) is read from the source
-and resolved, then checked against the folder it lives in:
+Which process runs a module is derived from real imports, not from a table: each process's
+entry point is imported in a fresh interpreter (:data:`ENTRY_POINTS`), and every module it
+loads is followed into the imports its functions make when called (read from the source,
+since a function body runs only when called), until nothing new loads. So:
 
+* the host (``python -m autograder``: ``host/cli``, every subcommand, ``serve`` included)
+  loads nothing of ``worker/`` nor ``judge/``: it starts worker code by name
+  (:func:`autograder.core.grading_run.call_by_name`);
+* a grading worker (the local loop, the Dask plugin) loads nothing of ``host/`` or ``service/``;
+* ``serve``'s web page (its own process) loads nothing of ``host/``, ``worker/``, ``judge/``;
+* ``core/`` is what several processes load (or nbgrader's own commands and the formgrader,
+  through the course's ``nbgrader_config.py``), and every grader module but the kernel's, the
+  sandbox's, the checks' and the self-check's is loaded by some process, or is a listing that
+  no grader module imports (``core/patches``, read by its test);
 * ``autograder/kernel/`` (the probe, inside the student's sandbox): the standard library and
-  NumPy only;
-* ``autograder/sandbox/`` (the launcher, before every kernel): the standard library only,
-  which a fresh ``python -I`` also shows by running the launcher's own import line;
-* ``autograder/core/``: nothing of ``host``, ``worker``, ``judge``;
-* ``autograder/judge/``: nothing of ``worker`` or ``host``;
-* ``autograder/worker/``: nothing of ``host``;
+  NumPy only; ``autograder/sandbox/`` (the launcher, before every kernel): the standard
+  library only, which a fresh ``python -I`` also shows by running the launcher's own import line;
 * ``autograder/checks/``: the library, NumPy and torch, not the grader's processes;
 * ``lib/transformer_ref`` never imports the grader; nothing outside ``tests/`` imports
   ``tests/`` (the test helpers' module names included), but for the benchmarks' use of the
@@ -21,6 +28,8 @@ and resolved, then checked against the folder it lives in:
 """
 
 import ast
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,14 +130,132 @@ def test_the_launcher_loads_no_module_outside_the_standard_library():
     assert outside == []
 
 
-@pytest.mark.parametrize("layer, forbidden", [
-    ("core", {"host", "worker", "judge", "service"}),
-    ("judge", {"host", "worker", "service"}),
-    ("worker", {"host", "service"}),
-])
-def test_lower_layers_never_import_higher_ones(layer, forbidden):
-    assert violations(GRADER / layer, lambda n: top(n) != "autograder"
-                      or grader_layer(n) not in forbidden) == []
+# The processes of the grader, each by the modules it starts from.
+ENTRY_POINTS = {
+    "host": ["autograder.__init__", "autograder.host.cli"],  # python -m autograder (every command)
+    "worker": ["autograder.worker.loop", "autograder.worker.plugin"],  # forked, or a Dask worker
+    "web": ["autograder.service.web"],  # serve's page, its own process
+    # stock nbgrader commands and the formgrader, through the course's configuration file: a
+    # process with no folder of its own (every grader module the file names, as it may load them)
+    "nbgrader": ["nbgrader_config.py"],
+}
+# Every module a process loads, from its entry points: imported for real, then followed into
+# the imports inside the functions of every grader module it loaded, until nothing new loads.
+LOADED = """
+import ast, importlib, json, sys
+from pathlib import Path
+
+def deferred(module):
+    \"\"\"Grader modules that ``module``'s function bodies import.\"\"\"
+    path = Path(module.__file__)
+    package = module.__name__.split(".") if path.name == "__init__.py" else module.__name__.split(".")[:-1]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            prefix = ".".join(base + ([node.module] if node.module else []))
+            names.add(prefix)
+            names.update(f"{prefix}.{alias.name}" for alias in node.names)
+    return {n for n in names if n.split(".")[0] == "autograder"}
+
+def named(path):
+    \"\"\"Grader modules a source file outside the package names in any import.\"\"\"
+    names = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {n for n in names if n.split(".")[0] == "autograder"}
+
+for entry in sys.argv[1:]:
+    for name in named(entry) if entry.endswith(".py") else [entry.removesuffix(".__init__")]:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+done = set()
+while todo := [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "autograder"
+               and getattr(m, "__file__", None) and name not in done]:
+    for module in todo:
+        done.add(module.__name__)
+        for name in deferred(module):
+            try:
+                importlib.import_module(name)
+            except ImportError:  # a name imported from a module, not a module
+                pass
+print(json.dumps(sorted(n for n, m in sys.modules.items()
+                        if n.split(".")[0] == "autograder" and getattr(m, "__file__", None))))
+"""
+
+
+def loaded_by(entries, root=ROOT):
+    """The grader modules a fresh interpreter loads from ``entries`` (see :data:`LOADED`)."""
+    done = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(root)!r})\n" + LOADED,
+                           *entries], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(json.loads(done.stdout))
+
+
+@pytest.fixture(scope="module")
+def processes():
+    """``{process: the grader modules it loads}`` for every process of :data:`ENTRY_POINTS`."""
+    return {process: loaded_by(entries) for process, entries in ENTRY_POINTS.items()}
+
+
+def in_folder(modules, *folders):
+    return sorted(m for m in modules if grader_layer(m) in folders)
+
+
+def test_the_host_loads_nothing_of_the_worker_or_the_judge(processes):
+    assert "autograder.host.driver" in processes["host"] and "autograder.service.engine" in processes["host"]
+    assert in_folder(processes["host"], "worker", "judge", "kernel") == []
+
+
+def test_a_grading_worker_loads_nothing_of_the_host_or_the_service(processes):
+    assert {"autograder.worker.pipeline", "autograder.judge.execute"} <= processes["worker"]
+    assert in_folder(processes["worker"], "host", "service") == []
+
+
+def test_the_web_page_loads_nothing_of_the_host_the_worker_or_the_judge(processes):
+    assert in_folder(processes["web"], "host", "worker", "judge", "kernel") == []
+
+
+def unloaded(processes):
+    """Grader modules of a process folder that no process loads."""
+    everywhere = set().union(*processes.values())
+    placed = {module_name(p) for folder in ("host", "service", "worker", "judge", "core")
+              for p in modules(GRADER / folder)}
+    return placed - everywhere
+
+
+def test_core_is_what_several_processes_load(processes):
+    """A module of ``core/`` is loaded by more than one process, or by nbgrader's own commands
+    (which have no folder): one that only the host, the worker or the web page loads belongs
+    in that process's folder."""
+    core = {module_name(p) for p in modules(GRADER / "core")} - unloaded(processes)
+    alone = {m for m in core if sum(m in loaded for loaded in processes.values()) < 2}
+    assert sorted(alone - processes["nbgrader"]) == []
+
+
+def test_a_module_no_process_loads_is_a_listing_nothing_imports(processes):
+    """The map is complete: a module of a process's folder that no process loads is one that
+    no grader module imports either (a listing read by its own test, as ``core/patches``),
+    never code a process would need."""
+    imported = {name for path in modules(GRADER) for name in imports(path)}
+    assert sorted(unloaded(processes) & imported) == []
+
+
+def test_a_worker_import_planted_in_host_code_is_found(tmp_path):
+    """The checks above can fail: a function of ``host/`` that imports ``worker/`` is seen."""
+    shutil.copytree(GRADER, tmp_path / "autograder", ignore=shutil.ignore_patterns("__pycache__"))
+    summary = tmp_path / "autograder" / "host" / "summary.py"
+    summary.write_text(summary.read_text() + "\n\ndef planted():\n    from ..worker import audit\n")
+    loaded = loaded_by(ENTRY_POINTS["host"], root=tmp_path)
+    assert in_folder(loaded, "worker") == ["autograder.worker", "autograder.worker.audit"]
 
 
 def test_the_checks_use_the_library_not_the_grader():

@@ -119,3 +119,11 @@ def test_stubs_declare_the_signatures_the_checks_call(aid):
     """The checks call the solution's signature (by keyword where they can): students see the same one."""
     source, release = stub_signatures(source_path(aid)), stub_signatures(release_path(aid))
     assert source and source == release
+
+
+def test_the_registry_is_the_courses_source_folders():
+    """One answer to which assignments exist: the registry the tests, benchmarks and book read
+    is the list the grader reads from ``solutions/``."""
+    from autograder.core.assignments import REGISTRY, source_assignments
+
+    assert [a.id for a in REGISTRY] == source_assignments(ROOT)

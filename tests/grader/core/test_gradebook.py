@@ -264,7 +264,7 @@ def test_similarity_is_kept_per_student_and_found_again_for_those_graded(tmp_pat
     a student graded again (or in a later run) is compared with the whole class kept, a pair
     goes with its student's re-grade, other assignments are untouched."""
     from autograder.core.gradebook import keep_similarity
-    from autograder.worker.similarity import fingerprints, pairs_with
+    from autograder.core.similarity import fingerprints, pairs_with
 
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     copied = ("def softmax(xs):\n    m = max(xs)\n    e = [math.exp(x - m) for x in xs]\n"

@@ -87,7 +87,8 @@ def test_the_grader_applies_the_runs_retries_to_every_kernel_it_starts(tmp_path)
     """The run's settings reach the executor's configuration, which ``_tried`` reads."""
     from autograder.core.limits import Retries
     from autograder.judge.execute import KernelStartError, LimitedExecute
-    from autograder.worker.pipeline import Settings, autograde_config
+    from autograder.core.grading_run import Settings
+    from autograder.worker.pipeline import autograde_config
 
     settings = Settings(root=str(tmp_path), assignment="toy", template_db="", release_dir="",
                         workdir=str(tmp_path), retries=Retries(kernel_start_tries=2, kernel_start_pause=0))

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from autograder.core.policy import (CourseSettings, LatePolicy, Lateness, load_settings, parse_time,
+from autograder.core.times import parse_time
+from autograder.core.policy import (CourseSettings, LatePolicy, Lateness, load_settings,
                                penalty)
 
 UTC = timezone.utc

@@ -37,7 +37,7 @@ def test_every_limit_kind_reaches_the_csv_and_the_summary(kind, tmp_path):
     summary.write_csv(tmp_path / "grades.csv", "a1", [result])
     assert csv_rows(tmp_path / "grades.csv")[0]["limits"] == kind.value
     out = io.StringIO()
-    summary.report("a1", [result], [], 1.0, 1, settings(tmp_path), out=out)
+    summary.print_summary("a1", [result], [], 1.0, 1, settings(tmp_path), out=out)
     assert f"Hit a limit: 1\n  eve: {kind.value} in cell-t1\n" in out.getvalue()
 
 
@@ -57,6 +57,6 @@ def test_every_status_reaches_the_csv_and_the_summary(status, tmp_path):
     summary.write_csv(tmp_path / "grades.csv", "a1", [result])
     assert csv_rows(tmp_path / "grades.csv")[0]["status"] == status.value
     out = io.StringIO()
-    summary.report("a1", [result], [], 1.0, 1, settings(tmp_path), out=out)
+    summary.print_summary("a1", [result], [], 1.0, 1, settings(tmp_path), out=out)
     said = "error of error" if status == Status.ERROR else f"message of {status.value}"
     assert f"\n  eve: {said}\n" in out.getvalue(), out.getvalue()

@@ -496,17 +496,17 @@ def test_plugin_preloads_a_sandboxed_kernel_and_removes_everything_at_the_end(tm
     can leave one on a worker that joined as that run ended, whose teardown on another worker
     of the host then killed the run's kernels. It must not keep the next run from its spare,
     and ``forget_plugin`` (which the client calls after unregistering) removes it."""
-    from autograder.worker.plugin import GradingPlugin, RunPayload, forget_plugin
+    from autograder.core.grading_run import RunPayload, Settings, forget_plugin
     from autograder.sandbox.cgroups import kernel_cgroups, kill_run_cgroups
-    from autograder.worker.pipeline import Settings
+    from autograder.worker.plugin import GradingPlugin
 
     def spare_state():  # defined here, so Dask ships it by value (workers lack tests/)
         from jupyter_core.utils import run_sync
 
-        from autograder.worker.plugin import _State
+        from autograder.worker.plugin import _ProcessRun
         from autograder.judge.execute import SpareKernel
 
-        return dict(run=_State.run, spare=SpareKernel.km is not None,
+        return dict(run=_ProcessRun.run, spare=SpareKernel.km is not None,
                     alive=SpareKernel.km is not None and run_sync(SpareKernel.km.is_alive)())
 
     _, client = cluster

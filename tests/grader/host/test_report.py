@@ -29,6 +29,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.core.course_files import REPORT_SECRET
+from autograder.host.parts import assignment_parts
 from autograder.host import report_data as data
 from autograder.host.report_page import FIG_WIDTH_IN, MIN_TEXT_PT, PHONE_COLUMN_PX
 
@@ -148,7 +150,7 @@ def test_parts_that_fail_together_are_found_and_independent_ones_are_not():
 def test_parts_and_concepts_come_from_the_source_notebook():
     from autograder.core.cells import grade_id, is_test_cell
 
-    parts = data.assignment_parts(REPO, "01-rope")
+    parts = assignment_parts(REPO, "01-rope")
     assert [p.name for p in parts] == [f"Part {i}" for i in range(1, 7)]
     assert parts[1].concept == "`apply_rope`" and parts[4].written == (("01-rope", "p5_written"),)
     nb = nbformat.read(REPO / "solutions" / "01-rope" / "01-rope.ipynb", as_version=4)
@@ -159,9 +161,9 @@ def test_parts_and_concepts_come_from_the_source_notebook():
 def test_pseudonyms_are_stable_keyed_and_private(tmp_path):
     one, two = data.Pseudonyms(tmp_path, True), data.Pseudonyms(tmp_path, True)
     assert one("ada") == two("ada") != one("bob") and one("ada").startswith("s-")
-    assert oct((tmp_path / data.SECRET).stat().st_mode & 0o777) == "0o600"
+    assert oct((tmp_path / REPORT_SECRET).stat().st_mode & 0o777) == "0o600"
     assert one.scrub("ada copied from bob") == f"{one('ada')} copied from {one('bob')}"
-    (tmp_path / data.SECRET).unlink()
+    (tmp_path / REPORT_SECRET).unlink()
     assert data.Pseudonyms(tmp_path, True)("ada") != one("ada")  # a new secret: unlinkable
     assert data.Pseudonyms(tmp_path, False)("ada") == "ada"
 

@@ -62,7 +62,7 @@ def test_the_summary_lists_clusters_and_only_their_students():
     out = io.StringIO()
     settings = SimpleNamespace(limits=Limits(), course=SimpleNamespace(policy=lambda a: "none"),
                                root="/course", sandboxed=False)
-    summary.report("a1", results, [], 1.0, 1, settings, out=out, similar=chain + pair + star)
+    summary.print_summary("a1", results, [], 1.0, 1, settings, out=out, similar=chain + pair + star)
     text = out.getvalue()
     block = text.split("Similar to a classmate")[1].splitlines()
     assert block[0] == (" (check by hand; each pair in grades.csv's similar column): "
@@ -80,11 +80,11 @@ def test_no_pairs_no_section_and_more_than_ten_clusters_are_counted():
                                root="/course", sandboxed=False)
     results = [StudentResult(student="ada", score=1.0, max_score=2.0)]
     out = io.StringIO()
-    summary.report("a1", results, [], 1.0, 1, settings, out=out, similar=[])
+    summary.print_summary("a1", results, [], 1.0, 1, settings, out=out, similar=[])
     assert "Similar" not in out.getvalue()
     pairs = [(f"a{i:02}", f"b{i:02}", "f", 0.9) for i in range(summary.CLUSTERS_SHOWN + 3)]
     out = io.StringIO()
-    summary.report("a1", results, [], 1.0, 1, settings, out=out, similar=pairs)
+    summary.print_summary("a1", results, [], 1.0, 1, settings, out=out, similar=pairs)
     lines = out.getvalue().split("Similar to a classmate")[1].splitlines()
     assert sum(line.startswith("  2 students: ") for line in lines) == summary.CLUSTERS_SHOWN
     assert "  and 3 more cluster(s)" in lines

@@ -21,7 +21,7 @@ from autograder.core.gradebook import open_gradebook
 from autograder.core.results import LimitEvent, LimitKind, Status, StudentResult
 from autograder.host.roster import RosterReport
 from autograder.host.summary import Progress, report
-from autograder.worker.pipeline import Settings
+from autograder.core.grading_run import Settings
 
 REPO = Path(__file__).resolve().parents[3]
 HOSTILE = ["\x1b]0;pwned title\x07ada", "bob\x1b[2J\x1b[H", "cyd\rOK all good", "eve\u202egnp.exe",

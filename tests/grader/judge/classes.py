@@ -1,7 +1,7 @@
 """Small classes of one assignment for the judge's tests, graded for real in the sandbox.
 
 Every student hands in the course's own solution (the student version with the source
-notebook's solution cells put in), with some cells replaced; :func:`grade_class` grades
+notebook's solution cells put in), with some cells replaced; :func:`grade_students` grades
 the class with :func:`autograder.host.driver.grade` and returns, per student and test
 cell, the points and the verdict the autograded notebook shows.
 """
@@ -62,7 +62,7 @@ def verdict(cell):
                    if o.get("output_type") == "error")
 
 
-def grade_class(root, aid, students, **options):
+def grade_students(root, aid, students, **options):
     """Grade ``students`` (name -> notebook) of ``aid`` under ``root``.
 
     Returns ``(results, cells)``: the driver's StudentResults by student, and

@@ -15,7 +15,7 @@ from autograder.core.limits import Limits
 from autograder.core.results import LimitKind
 from autograder.sandbox.cgroups import meter_unavailable
 from autograder.sandbox.launcher import unavailable_reason
-from tests.grader.judge.classes import grade_class, replaced, solved
+from tests.grader.judge.classes import grade_students, replaced, solved
 
 AID = "06-flash-attention"
 MISSING = unavailable_reason()
@@ -53,7 +53,7 @@ def graded(tmp_path_factory):
     students = {"honest": honest}
     students.update({name: replaced(honest, p1_solution=ONLINE_SOFTMAX.format(crash=crash))
                      for name, crash in CRASHES.items()})
-    return grade_class(tmp_path_factory.mktemp("crash"), AID, students, jobs=2,
+    return grade_students(tmp_path_factory.mktemp("crash"), AID, students, jobs=2,
                        limits=Limits(cell_timeout=60, memory_mb=1536))
 
 

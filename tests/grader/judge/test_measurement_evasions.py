@@ -31,7 +31,7 @@ import pytest
 from autograder.sandbox.cgroups import meter_unavailable
 from autograder.sandbox.launcher import unavailable_reason
 
-from tests.grader.judge.classes import NAIVE, grade_class, replaced, solved
+from tests.grader.judge.classes import NAIVE, grade_students, replaced, solved
 
 AID = "06-flash-attention"
 MISSING = unavailable_reason()
@@ -352,7 +352,7 @@ def graded(tmp_path_factory):
                      for name, code in {**MEMORY_CHEATS, **SDPA_CHEATS}.items()})
     from autograder.core.limits import Limits
 
-    return grade_class(tmp_path_factory.mktemp("evasions"), AID, students, jobs=2,
+    return grade_students(tmp_path_factory.mktemp("evasions"), AID, students, jobs=2,
                        limits=Limits(cell_timeout=120))
 
 

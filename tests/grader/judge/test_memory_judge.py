@@ -28,7 +28,7 @@ import pytest
 from autograder.core.limits import Limits
 from autograder.sandbox.cgroups import MemoryMeter, meter_unavailable
 from autograder.sandbox.launcher import unavailable_reason
-from tests.grader.judge.classes import NAIVE, grade_class, replaced, solved
+from tests.grader.judge.classes import NAIVE, grade_students, replaced, solved
 
 AID = "06-flash-attention"
 MISSING = unavailable_reason()
@@ -132,7 +132,7 @@ def graded(tmp_path_factory):
     students = {"honest": honest, **honest_variants(honest),
                 **{name: replaced(honest, p2_solution=code) for name, code in CHEATS.items()},
                 "naive": replaced(honest, p2_solution=NAIVE_FLASH, p3_solution=NAIVE_WINDOW)}
-    _, cells = grade_class(tmp_path_factory.mktemp("memory"), AID, students, jobs=2,
+    _, cells = grade_students(tmp_path_factory.mktemp("memory"), AID, students, jobs=2,
                            limits=Limits(cell_timeout=60))
     return cells
 
@@ -181,6 +181,6 @@ def test_a_host_that_cannot_measure_grades_no_one_and_stops(tmp_path, monkeypatc
     honest = solved(AID)
     students = {f"s{i}": honest for i in range(4)}
     with pytest.raises(SystemExit, match="memory cannot be measured on this grading host"):
-        grade_class(tmp_path, AID, students, jobs=1, limits=Limits(cell_timeout=60))
+        grade_students(tmp_path, AID, students, jobs=1, limits=Limits(cell_timeout=60))
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
         assert list(gb.assignment_submissions(AID)) == []

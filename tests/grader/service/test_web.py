@@ -21,7 +21,7 @@ import requests
 
 from autograder.sandbox.launcher import unavailable_reason
 from autograder.service.web import BODY_BYTES, Course, make_app
-from autograder.worker.intake import NOTEBOOK_BYTES
+from autograder.core.notebook_file import NOTEBOOK_BYTES
 from tests.grader.service.serving import AID, make_course, serving, wait_for
 from tests.grader.test_grading_e2e import Class
 from tests.servers import free_port

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.worker import similarity
+from autograder.core import similarity
 from autograder.worker.audit import audit
 from transformer_ref import numpy as ref
 

@@ -28,8 +28,8 @@ from traitlets.config import Config
 from autograder.core.nbgrader_config import course_config
 from autograder.core.sanitize import ALLOWED_CLASSES, ID_PREFIX, clean_html, markdown2html
 from autograder.host.release import generate
-from autograder.worker.feedback import (CONTENT_SECURITY_POLICY, MATHJAX_CONFIG, NO_DESCRIPTION,
-                                        FeedbackExporter, polish)
+from autograder.core.feedback_page import (CONTENT_SECURITY_POLICY, MATHJAX_CONFIG, NO_DESCRIPTION,
+                                        FeedbackExporter, rewrite_feedback_html)
 from autograder.worker.pipeline import explanation_page
 from autograder.core.results import Status, StudentResult
 from tests.grader import hostile_pages as hostile
@@ -197,11 +197,11 @@ def test_each_markdown_payload_alone(name, payload):
 
 
 def test_feedback_pages_carry_a_strict_policy():
-    page = polish("<html><head><meta charset='utf-8'>\n<!-- Load mathjax -->x<!-- End of mathjax "
+    page = rewrite_feedback_html("<html><head><meta charset='utf-8'>\n<!-- Load mathjax -->x<!-- End of mathjax "
                   "configuration --></head><body><p>hi</p></body></html>", nbformat.v4.new_notebook())
     head = page[:page.index("</head>")]
     assert head.index("Content-Security-Policy") < head.index("<script")
-    assert polish(page, nbformat.v4.new_notebook()) == page  # polishing again changes nothing
+    assert rewrite_feedback_html(page, nbformat.v4.new_notebook()) == page  # rewriting again changes nothing
     digest = base64.b64encode(hashlib.sha256(MATHJAX_CONFIG.encode()).digest()).decode()
     assert f"<script>{MATHJAX_CONFIG}</script>" in page and f"'sha256-{digest}'" in CONTENT_SECURITY_POLICY
     for directive in ("default-src 'none'", "base-uri 'none'", "form-action 'none'", "img-src 'self' data:"):

@@ -1,8 +1,11 @@
-r"""Feedback pages a student can read: named tests, honest labels, offline math.
+r"""A feedback page a student can read: one way to render it, one way to finish it.
 
-nbgrader's feedback template lists every test as "Test cell", shows an ungraded
-written answer as 0 points, loads MathJax 2 from a CDN and lets long messages run
-off the page. :func:`polish` fixes the rendered page:
+Every feedback page the grader writes, by a grading worker after autograding or by the host's
+``feedback`` command after manual grading, is rendered by :func:`render_feedback` (nbgrader's
+``GenerateFeedback`` through one :class:`FeedbackExporter` per process) and finished by
+:func:`rewrite_feedback_html`. nbgrader's feedback template lists every test as "Test cell",
+shows an ungraded written answer as 0 points, loads MathJax 2 from a CDN and lets long messages
+run off the page. :func:`rewrite_feedback_html` rewrites the rendered page:
 
 * each test in the table of contents is named by its grade id and its title (the
   first comment line of the cell, e.g. "Hidden tests: several sizes and bases");
@@ -17,16 +20,15 @@ off the page. :func:`polish` fixes the rendered page:
   so that text in math reads as written (``\text{inv\_freq}`` shows ``inv_freq``); it runs with its
   ``safe`` extension allowing no URL, class, id or style from TeX (``\href``, ``\class``,
   ``\cssId``, ``\style``, ``\mmlToken[...]``): math cannot name or cover the page;
-* :class:`FeedbackExporter` renders the page without HTMLExporter's BeautifulSoup pass where
-  that pass would change nothing (most pages: it was three quarters of the render);
 * the page carries a strict Content-Security-Policy (:data:`CONTENT_SECURITY_POLICY`): only
   the MathJax configuration (by its hash) and files next to the page run, images come only
   from the page itself (``data:``), nothing else is fetched, no form is sent and no
   ``<base>`` counts. The page's HTML is already sanitized when it is rendered
   (:mod:`autograder.core.sanitize`, through the course configuration); the policy makes
   whatever a sanitizer might miss unable to run or to load anything.
-"""
 
+Rewriting a finished page again changes nothing.
+"""
 import base64
 import hashlib
 import html
@@ -38,7 +40,7 @@ from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 
-from ..core.cells import grade_id, is_grade, is_solution
+from .cells import grade_id, is_grade, is_solution
 
 MATHJAX_DIR = "_mathjax"  # under feedback/: pages are feedback/<student>/<assignment>/*.html
 MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "ui/safe.js")
@@ -113,11 +115,11 @@ class FeedbackExporter(HTMLExporter):
     and re-serializes the whole page with BeautifulSoup's ``html.parser``, only to give each
     ``<img>`` without ``alt`` a description and to make the ``lab`` template's cells focusable
     (``tabindex``). nbgrader's ``feedback`` template is ``classic`` (no ``jp-Notebook``), so on
-    a page without an image that pass only re-serializes it: three quarters of a 01-rope page's
-    render (parse 42 %, select 16 %, serialize 18 % of it). This exporter renders the same
+    a page without an image that pass only re-serializes it. This exporter renders the same
     template with the same filters and runs :func:`describe_images`, the same edits, only on a
-    page that has an ``<img`` or a ``jp-Notebook``. Everything a submission puts on the page is
-    already escaped or cleaned (:mod:`autograder.core.sanitize`) before either.
+    page that has an ``<img`` or a ``jp-Notebook``: the same page, either way. Everything a
+    submission puts on the page is already escaped or cleaned (:mod:`autograder.core.sanitize`)
+    before either.
     """
 
     def from_notebook_node(self, nb, resources=None, **kw):
@@ -147,6 +149,36 @@ def describe_images(page):
     return str(soup)
 
 
+class _ProcessExporter:
+    """The process's one :class:`FeedbackExporter` (None until the first page is rendered)."""
+
+    exporter = None
+
+
+def render_feedback(config):
+    """nbgrader's ``GenerateFeedback`` for ``config`` (absolute paths) through this process's
+    :class:`FeedbackExporter`: the pages, as nbgrader writes them, before
+    :func:`rewrite_feedback_html`.
+
+    A new exporter compiles its Jinja templates again; the exporter holds no per-student
+    state, so the process keeps the first one.
+    """
+    from nbconvert.writers import FilesWriter
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
+    converter.init_notebooks()
+    converter.writer = FilesWriter(parent=converter, config=converter.config)
+    if _ProcessExporter.exporter is None:
+        exporter = FeedbackExporter(parent=converter, config=converter.config)
+        for preprocessor in converter.preprocessors:
+            exporter.register_preprocessor(preprocessor)
+        _ProcessExporter.exporter = exporter
+    converter.exporter = _ProcessExporter.exporter
+    converter.convert_notebooks()  # paths are absolute: no chdir needed
+
+
 def title(cell):
     """A test cell's title: its first comment line, or what its grade id says."""
     for line in cell.source.splitlines():
@@ -156,8 +188,8 @@ def title(cell):
     return "visible tests" if grade_id(cell).endswith("visible") else "tests"
 
 
-def polish(page, nb, needs_manual=(), late=None):
-    """The rendered feedback ``page`` (HTML text) of notebook ``nb``, polished as above.
+def rewrite_feedback_html(page, nb, needs_manual=(), late=None):
+    """The rendered feedback ``page`` (HTML text) of notebook ``nb``, rewritten as above.
 
     ``needs_manual``: grade ids of written answers that have no manual grade yet; ``late``:
     the words on its late penalty (:func:`autograder.core.policy.late_note`), or ``None``.
@@ -173,10 +205,10 @@ def polish(page, nb, needs_manual=(), late=None):
         elif gid in needs_manual:
             page = re.sub(re.escape(anchor) + r"(Written response|Coding free-response)</a> \(Score: [^)]*\)",
                           lambda m: f"{anchor}{m.group(1)}</a> (to be graded by hand)", page)
-    if late:  # nbgrader's line ends right after its score: a polished page is not matched again
+    if late:  # nbgrader's line ends right after its score: a rewritten page is not matched again
         page = LATE_LINE.sub(lambda m: f"{m.group(1)}: {html.escape(late)}</li>", page, count=1)
     page = MATHJAX_2.sub(lambda _: MATHJAX_3, page, count=1)
-    if PAGE_CSS not in _head(page):  # ``feedback --students`` polishes the other pages again
+    if PAGE_CSS not in _head(page):  # ``feedback --students`` rewrites the other pages again
         page = page.replace("</head>", PAGE_CSS + "\n</head>", 1)
     return with_csp(page)
 
