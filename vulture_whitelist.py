@@ -44,11 +44,6 @@ PATCHES, _.dependency  # autograder/core/patches.py is a list: tests/grader/test
 _.round_trips  # the judge transport's request count, which the judge's tests observe
 pins_where  # the learner-environment tests read the lock through the build's own parser
 
-# -- open findings in modules that issue 41's layout change rewrites (core/assignments.py,
-# core/untrusted.py, host/collect.py, host/report_data.py, worker/intake.py): dead or read only
-# by tests, to be removed there; then these lines go too
-_.checks, _.chapter, available  # core/assignments.py: fields and a function nothing reads
-FIELD_SEPARATORS  # core/untrusted.py: the field pattern spells the separators out itself
-OLD  # host/collect.py: the staging folder's "old" part is never named
-_.part_failures  # host/report_data.py: computed for every report, read by nothing
-_.original_name  # worker/intake.py: read only by tests/grader/worker/test_intake.py
+# -- fields of the course's typed records that production code does not read
+_.checks  # core/assignments.py: the checks module of each assignment, which the check tests import
+_.original_name  # worker/intake.py: Intake names the file it graded (the record's contract; tests read it)

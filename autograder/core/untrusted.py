@@ -25,8 +25,8 @@ import logging
 import re
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-FIELD_SEPARATORS = ",;\t\r\n"  # where a spreadsheet's import may start a field: comma, semicolon, tab, row
-# one field under such an import: what leads it (spaces a trimming import drops, quotes), its text
+# one field as a spreadsheet's import splits a row (a field may start after a comma, semicolon,
+# tab or line break): what leads it (spaces a trimming import drops, quotes), its text
 _FIELD = re.compile(r'(?P<lead>[ "]*)(?P<body>[^,;\t\r\n]*)(?P<sep>[,;\t\r\n]?)')
 
 # C0 and DEL, C1, the bidi embeddings, overrides and isolates, line and paragraph separators,

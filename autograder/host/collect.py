@@ -77,7 +77,7 @@ from .roster import COLUMNS as ROSTER_COLUMNS
 from .roster import RosterEntry, read_roster
 
 CHUNK = 1 << 20
-NEW, OLD = "new", "old"  # the staging folder's parts: what is written, what it replaces
+NEW = "new"  # the staging folder's part that holds what is written
 
 
 class Lms(StrEnum):

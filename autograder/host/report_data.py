@@ -447,7 +447,6 @@ class AssignmentStats:
     final: list[float]                    # after manual grades and late penalties
     test_passes: dict                     # (notebook, grade id) -> students who passed it
     n_submissions: int
-    part_failures: list[frozenset]        # per submission: the parts with a failed test cell
     pairs: list[PairStat]
     messages: list[MessageGroup]          # most common first
     seconds: list[tuple[str, float]]      # (student, grading seconds), slowest first
@@ -497,7 +496,7 @@ def assignment_stats(root, db_url, assignment):
     return AssignmentStats(
         assignment=assignment, duedate=duedate, max_score=max_score, parts=parts,
         n_students=n_students, auto=auto, final=final, test_passes={c: len(auto) - failed[c] for p in parts for c in p.tests},
-        n_submissions=len(auto), part_failures=failures,
+        n_submissions=len(auto),
         pairs=co_failures(failures, [p.name for p in parts if p.tests]),
         messages=sorted(groups.values(), key=lambda g: (-g.count, g.cell, g.message)),
         seconds=sorted(seconds, key=lambda x: (-x[1], x[0])), late=late, needs_manual=needs_manual,
