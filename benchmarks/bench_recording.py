@@ -32,7 +32,7 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.host.driver import grade, keep  # noqa: E402
+from autograder.host.driver import grade, record_result  # noqa: E402
 from autograder.core.gradebook import open_gradebook, writing  # noqa: E402
 from tests.servers import POSTGRES_HINT, postgres_bin, postgres_server  # noqa: E402
 from autograder.host.release import generate  # noqa: E402
@@ -61,7 +61,7 @@ def as_student(result, student, assignment=ASSIGNMENT):
 
 
 def record_many(root, db_url, result, n, assignment=ASSIGNMENT):
-    """Seconds per :func:`keep` of ``n`` fresh students into the gradebook at ``db_url``."""
+    """Seconds per :func:`record_result` of ``n`` fresh students into the gradebook at ``db_url``."""
     with writing(db_url), open_gradebook(db_url):  # made ready as ``grade`` makes it
         pass
     if assignment != ASSIGNMENT and not (root / "solutions" / assignment).exists():
@@ -72,7 +72,7 @@ def record_many(root, db_url, result, n, assignment=ASSIGNMENT):
     for i in range(n):
         student = as_student(result, f"s{i:05d}", assignment)
         start = time.perf_counter()
-        keep(root, db_url, assignment, student, "bench")
+        record_result(root, db_url, assignment, student, "bench")
         times.append(time.perf_counter() - start)
     return times
 

@@ -20,7 +20,7 @@ import pytest
 from autograder.core.gradebook import open_gradebook
 from autograder.core.results import LimitEvent, LimitKind, Status, StudentResult
 from autograder.host.roster import RosterReport
-from autograder.host.summary import Progress, report
+from autograder.host.summary import Progress, print_summary
 from autograder.core.grading_run import Settings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -62,7 +62,7 @@ def test_summary_escapes_ids_file_names_and_messages(tmp_path):
     results.append(StudentResult(student="err\x1b[31m", status=Status.ERROR, error="boom\x1b]52;c;AAAA\x07"))
     out = io.StringIO()
     settings = Settings(root=str(tmp_path), assignment="toy", template_db="", release_dir="", workdir="")
-    report("toy", results, [("toy", "test\x1b[2J")], 12.0, 2, settings, out=out,
+    print_summary("toy", results, [("toy", "test\x1b[2J")], 12.0, 2, settings, out=out,
            roster=RosterReport("toy", ("miss\u202eing",), ("\x1b[5mnot-on-roster",)))
     text = out.getvalue()
     assert not RAW.search(text), repr(RAW.search(text))
