@@ -15,7 +15,7 @@ import pytest
 
 from autograder.judge.clock import ChargedClock
 from autograder.sandbox.cgroups import cgroup_version, kernel_cpu, kill_cgroup
-from tests.grader.host.test_load import cpu_hogs
+from tests.hogs import cpu_hogs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or cgroup_version() == 0,
                                 reason="kernel cgroups need root and cgroups")
