@@ -100,7 +100,8 @@ def cell_seconds(result, marker):
     """The wall seconds the kernel took to run the cell whose source holds ``marker``, as
     nbclient recorded them in the autograded notebook (``execute_input`` to ``execute_reply``)."""
     notebook = json.loads(result.files[f"autograded/{result.student}/toy/toy.ipynb"])
-    [timing] = [c["metadata"]["execution"] for c in notebook["cells"] if marker in c["source"]]
+    [timing] = [c["metadata"]["execution"] for c in notebook["cells"]
+                if marker in "".join(c["source"])]  # a list of lines, or one string
     start, end = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
                   for k in ("iopub.execute_input", "shell.execute_reply"))
     return (end - start).total_seconds()
