@@ -557,14 +557,32 @@ class LimitedExecute(Execute):
         raise GradingHostFault(f"{reason}, twice: this host kills grading kernels")
 
     def output(self, outs, msg, display_id, cell_index):
+        """Keep a cell's outputs up to ``output_limit`` bytes, the same whatever the timing.
+
+        A kernel sends its stdout and stderr in pieces whose sizes depend on how fast it ran
+        (ipykernel batches writes by time), so the cap and the kept text are counted on the
+        text, not on the messages: a stream message that crosses the cap keeps the text up to
+        it, and consecutive pieces of one stream are one output. Past the cap the kernel is
+        interrupted and the rest is dropped; other outputs (displays) are kept whole or not
+        at all; errors always."""
         if msg["msg_type"] != "error":
+            room = self.output_limit - self._cell_bytes
             self._cell_bytes += output_size(msg["content"])
             if self._cell_bytes > self.output_limit:
                 if not self._flooded:
                     self._flooded = True
                     asyncio.ensure_future(ensure_async(self.km.interrupt_kernel()))
-                return None
-        return super().output(outs, msg, display_id, cell_index)
+                if msg["msg_type"] != "stream" or room <= 0:
+                    return None
+                msg = {**msg, "content": {**msg["content"], "text": msg["content"]["text"][:room]}}
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is not None and out.output_type == "stream" and len(outs) > 1 and outs[-1] is out:
+            before = outs[-2]
+            if before.get("output_type") == "stream" and before.get("name") == out.name:
+                before.text += out.text
+                outs.pop()
+                return before
+        return out
 
     def _fail(self, cell, index, kind, ename, evalue):
         cell.outputs.append(error_output(ename, evalue))
