@@ -564,7 +564,11 @@ class LimitedExecute(Execute):
         text, not on the messages: a stream message that crosses the cap keeps the text up to
         it, and consecutive pieces of one stream are one output. Past the cap the kernel is
         interrupted and the rest is dropped; other outputs (displays) are kept whole or not
-        at all; errors always."""
+        at all. An error is kept until the cap is crossed; after it, how the cell ends (the
+        interrupt, or the memory the kernel's unsent output took) depends on the host's speed,
+        so the cell's one error is the ``OutputLimitError`` :meth:`_run_cell` records."""
+        if msg["msg_type"] == "error" and self._flooded:
+            return None
         if msg["msg_type"] != "error":
             room = self.output_limit - self._cell_bytes
             self._cell_bytes += output_size(msg["content"])

@@ -77,10 +77,21 @@ def test_within_the_cap_every_piece_is_kept_as_one_output_per_stream_run():
                                                  ("stdout", text)]
 
 
-def test_a_display_past_the_cap_is_dropped_whole_and_errors_are_kept():
+def test_a_display_past_the_cap_is_dropped_whole_and_so_is_how_the_cell_ended():
+    """After the cap the kernel's own error (the interrupt on an idle host, a MemoryError from
+    unsent output on a busy one) is dropped: the executor records one OutputLimitError."""
     image = message("display_data", {"data": {"text/plain": "y" * 600}, "metadata": {}})
-    error = message("error", {"ename": "KeyboardInterrupt", "evalue": "", "traceback": []})
-    outs, interrupts = capped([stream(LINE * 5), image, stream(LINE), error])
-    assert interrupts == 1
-    assert [o.output_type for o in outs] == ["stream", "error"]
-    assert outs[0].text == LINE * 5  # the display crossed the cap: nothing after it is kept
+    for ename in ("KeyboardInterrupt", "MemoryError"):
+        error = message("error", {"ename": ename, "evalue": "", "traceback": []})
+        outs, interrupts = capped([stream(LINE * 5), image, stream(LINE), error])
+        assert interrupts == 1
+        assert [o.output_type for o in outs] == ["stream"], ename
+        assert outs[0].text == LINE * 5  # the display crossed the cap: nothing after it is kept
+
+
+def test_an_error_within_the_cap_is_kept():
+    error = message("error", {"ename": "ValueError", "evalue": "bad shape", "traceback": []})
+    outs, interrupts = capped([stream(LINE * 2), error, stream(LINE)])
+    assert interrupts == 0
+    assert [(o.output_type, o.get("ename")) for o in outs] == [("stream", None), ("error", "ValueError"),
+                                                               ("stream", None)]
