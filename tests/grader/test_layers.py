@@ -282,12 +282,13 @@ def test_nothing_outside_tests_imports_tests(folder):
 
 def test_top_level_modules_and_benchmarks_import_no_tests_but_the_servers():
     # the benchmarks measure against the same throwaway PostgreSQL and Dask servers as the tests,
-    # and hand in the same solved notebooks (tests/notebooks.py)
+    # hand in the same solved notebooks (tests/notebooks.py) and load the host with the same
+    # CPU hogs (tests/hogs.py)
     root_modules = [(path.name, name) for path in sorted(ROOT.glob("*.py")) for name in sorted(imports(path))
                     if top(name) in TEST_HELPERS]
     assert root_modules == []
     assert violations(ROOT / "benchmarks", lambda n: top(n) not in TEST_HELPERS
-                      or n.split(".")[:2] in (["tests", "servers"], ["tests", "notebooks"])) == []
+                      or n.split(".")[:2] in (["tests", "servers"], ["tests", "notebooks"], ["tests", "hogs"])) == []
 
 
 # Modules that serve: a test server (the formgrader's, JupyterLab's, PostgreSQL, Dask) lives in
