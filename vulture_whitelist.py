@@ -42,7 +42,6 @@ draw_block_diagram  # chapters 04 and 05
 _.load_params, _.fork, _.free_blocks, _.n_free_blocks, _.n_tokens, _.fragmentation  # the library's API (chapter 06c, tests/library)
 PATCHES, _.dependency  # autograder/core/patches.py is a list: tests/grader/test_patches.py reads it
 _.round_trips  # the judge transport's request count, which the judge's tests observe
-pins_where  # the learner-environment tests read the lock through the build's own parser
 
 # -- fields of the course's typed records that production code does not read
 _.checks  # core/assignments.py: the checks module of each assignment, which the check tests import

@@ -40,6 +40,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from scripts import environment
+from tests.book.pins import pins_where
 from autograder.core.assignments import REGISTRY
 from tests.servers import free_port, http_server
 
@@ -74,7 +75,7 @@ def test_learner_requirements_are_the_lock_pins_without_the_build_and_grading_st
     """Here (the grader's Python on Linux) the file installs the lock's versions; its lines
     for other systems are ``LEARNER_PINS`` (tests/book/test_platforms.py resolves them)."""
     text = (ROOT / "requirements-learner.txt").read_text()
-    pins = environment.pins_where(text)
+    pins = pins_where(text)
     lock = environment.lock_pins(environment.LOCKS[:1])
     assert {name: lock[name] for name in pins} == pins
     elsewhere = {(name, version, marker) for name, version, marker
@@ -264,7 +265,7 @@ def test_learner_env_holds_exactly_the_pinned_packages_and_the_wheel(learner):
                             capture_output=True, text=True, check=True, env=clean_env()).stdout
     installed = {environment.canonical(item["name"]): item["version"].split("+")[0]
                  for item in json.loads(listed)}
-    pins = environment.pins_where((ROOT / "requirements-learner.txt").read_text())
+    pins = pins_where((ROOT / "requirements-learner.txt").read_text())
     assert installed.pop("pip")  # the venv's own installer
     assert installed.pop("transformer-ref") == environment.wheel_name().split("-")[1]
     assert installed == pins

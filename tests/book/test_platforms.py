@@ -21,6 +21,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from scripts import environment, platforms
+from tests.book.pins import pins_where, requirement_lines
 
 ROOT = environment.ROOT
 # PEP 508 marker values of each platform, written out here (not taken from the code under test)
@@ -50,7 +51,7 @@ def expected_pins(platform, python, files):
     """``{name: version}`` of the lines of ``files`` whose marker holds on that system."""
     pins = {}
     for name in files:
-        pins.update(environment.pins_where((ROOT / name).read_text(),
+        pins.update(pins_where((ROOT / name).read_text(),
                                            marker_environment(platform, python)))
     return pins
 
@@ -96,7 +97,7 @@ def test_matrix_covers_every_platform_and_both_sides_of_each_python_bound():
 
 def test_each_learner_pin_is_one_line_with_the_opposite_line_for_a_locked_package():
     text = (ROOT / "requirements-learner.txt").read_text()
-    lines = environment.requirement_lines(text)
+    lines = requirement_lines(text)
     lock = environment.lock_pins(environment.LOCKS[:1])
     for pin in environment.LEARNER_PINS:
         mine = [(version, marker) for name, version, marker in lines if name == pin.name]
