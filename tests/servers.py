@@ -74,11 +74,11 @@ def _die_with_parent():
 def _start(argv, log, user=None, env=None):
     """Start ``argv`` in a new session that dies with us; output to the file ``log``."""
     def child():
-        _die_with_parent()
         if user is not None:
             os.setgid(user.pw_gid)
             os.setgroups([])
             os.setuid(user.pw_uid)
+        _die_with_parent()  # after setuid, which clears the parent-death signal
     with open(log, "ab") as out:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 preexec_fn=child, start_new_session=True, env=env)

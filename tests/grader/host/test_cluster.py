@@ -17,8 +17,10 @@ processes for this module (:mod:`tests.servers`); they die with the test process
 """
 
 import copy
+import difflib
 import csv
 import io
+import itertools
 import os
 import queue
 import re
@@ -123,6 +125,14 @@ def feedback(root):
             for p in sorted((root / "feedback").rglob("*.html")) if "mathjax" not in p.parts}
 
 
+def page_diff(path, local, remote, lines=40):
+    """The first ``lines`` lines of a unified diff of one feedback page, local against Dask."""
+    diff = difflib.unified_diff(local.decode(errors="replace").splitlines(),
+                                remote.decode(errors="replace").splitlines(),
+                                f"local/{path}", f"dask/{path}", lineterm="", n=1)
+    return "\n".join(line[:300] for line in itertools.islice(diff, lines))
+
+
 def worker_pids(client):
     """Process id of each live worker (one that is dying or just died is left out)."""
     return client.run(os.getpid, on_error="ignore")
@@ -165,7 +175,11 @@ def test_dask_and_postgres_give_the_local_grades_flags_feedback_and_csv(both):
         assert sorted(result.limits) == sorted(mine.limits), student
         assert result.notebooks == mine.notebooks, student
     assert csv_rows(both["dask_root"]) == csv_rows(both["local_root"])
-    assert feedback(both["dask_root"]) == feedback(both["local_root"])
+    remote_pages, local_pages = feedback(both["dask_root"]), feedback(both["local_root"])
+    assert remote_pages.keys() == local_pages.keys()
+    differ = [page_diff(path, local_pages[path], remote_pages[path])
+              for path in local_pages if local_pages[path] != remote_pages[path]]
+    assert not differ, "\n".join(differ)
     assert "with 2 job(s)" in both["out"]
 
 
@@ -565,3 +579,31 @@ def test_a_worker_that_does_not_answer_is_one_line_after_the_bound(cluster):
         run_on_workers(client, time.sleep, 4, what="a nap", timeout=1)
     assert time.monotonic() - start < 3
     assert sorted(run_on_workers(client, os.getpid, what="their pids").values()) != []
+
+
+SERVER_OWNER = """\
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from tests.servers import postgres_server
+with postgres_server() as url:
+    print(url.rsplit(":", 1)[1].split("/")[0], flush=True)
+    time.sleep(600)
+"""
+
+
+def test_the_postgres_server_dies_with_a_test_process_killed_outright(tmp_path):
+    """A test process killed with SIGKILL runs no finalizer: the server it started must still
+    stop by itself (``PR_SET_PDEATHSIG``, set after the switch to the ``postgres`` user, since
+    changing credentials clears it)."""
+    owner = subprocess.Popen([sys.executable, "-c", SERVER_OWNER, str(Path(__file__).parents[3])],
+                             stdout=subprocess.PIPE, text=True)
+    port = int(owner.stdout.readline())
+    server = subprocess.run(["pgrep", "-f", f"postgres -D .* -p {port} "], capture_output=True,
+                            text=True).stdout.split()
+    assert server, "the server did not start"
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in server):
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in server), "the server outlived its test"
