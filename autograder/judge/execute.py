@@ -16,9 +16,8 @@ Compared with stock nbgrader it also adds
   (:class:`~autograder.judge.clock.ChargedClock`): the seconds a kernel waited for a CPU
   that the host gave to other work are not counted;
 * an output cap per cell: past ``output_limit`` bytes the outputs are dropped, the
-  kernel is interrupted, the cell gets an ``OutputLimitError`` (a flooding test
-  cell scores 0; the grader's memory stays bounded) and the notebook goes on in a fresh
-  kernel (what a flood leaves in a kernel depends on the host's speed);
+  kernel is interrupted and the cell gets an ``OutputLimitError`` (a flooding test
+  cell scores 0; the grader's memory stays bounded);
 * recovery instead of nbgrader's "Removing failed assignment": when a cell times
   out and the kernel does not answer an interrupt (it ignores SIGINT), or when the
   kernel dies (``os._exit``, segfault, memory cap), the kernel is killed with its
@@ -315,8 +314,7 @@ class LimitedExecute(Execute):
 
     # -- one cell -----------------------------------------------------------------
     def _run_cell(self, cell, index, remaining):
-        """Execute one cell; return False when the kernel must be replaced (it died, ignored
-        an interrupt, or the cell crossed the output cap)."""
+        """Execute one cell; return False when the kernel must be replaced."""
         self._cell_timeout = min(self.timeout, remaining)
         self._cell_bytes, self._flooded, self._timed_out = 0, False, False
         self._cell_start = self._clock()
@@ -339,10 +337,7 @@ class LimitedExecute(Execute):
             if not self._responsive():
                 self._event(cell, index, LimitKind.HANG, "the kernel ignored the interrupt; restarted")
                 return False
-        # a flooded kernel's state depends on the host's speed (output it could not send yet
-        # held in its memory; the interrupt landing in this cell or the next): the notebook
-        # goes on in a fresh kernel, into which the cells before this one are replayed
-        return not self._flooded
+        return True
 
     def _run_test_cell(self, cell, index, remaining, done):
         """Visible lines in the kernel, then the verdict from the judge; False if the kernel is lost."""
