@@ -40,7 +40,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from scripts import environment
-from tests.book.pins import pins_where
+from tests.book.pins import pins_where, requirement_lines
 from autograder.core.assignments import REGISTRY
 from tests.servers import free_port, http_server
 
@@ -79,7 +79,7 @@ def test_learner_requirements_are_the_lock_pins_without_the_build_and_grading_st
     lock = environment.lock_pins(environment.LOCKS[:1])
     assert {name: lock[name] for name in pins} == pins
     elsewhere = {(name, version, marker) for name, version, marker
-                 in environment.requirement_lines(text) if marker and pins.get(name) != version}
+                 in requirement_lines(text) if marker and pins.get(name) != version}
     assert elsewhere == {(pin.name, pin.version, pin.marker) for pin in environment.LEARNER_PINS}
     assert {"numpy", "matplotlib", "torch", "jupyterlab", "ipykernel"} <= set(pins)
     for tool in ("jupyter-book", "sphinx", "myst-nb", "nbgrader", "dask", "psycopg", "nbval",
