@@ -588,6 +588,12 @@ class LimitedExecute(Execute):
                 return before
         return out
 
+    def on_cell_executed(self, **kwargs):
+        """nbgrader's hook adds the execute reply's error when no output of the cell names it;
+        a flooded cell's errors were dropped on purpose (:meth:`output`), so it adds none."""
+        if not self._flooded:
+            super().on_cell_executed(**kwargs)
+
     def _fail(self, cell, index, kind, ename, evalue):
         cell.outputs.append(error_output(ename, evalue))
         self._event(cell, index, kind, evalue)

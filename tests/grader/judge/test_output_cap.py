@@ -10,6 +10,8 @@ a kernel would send (the interrupt goes to a recorder standing in for the kernel
 
 import asyncio
 
+from nbformat import NotebookNode
+
 from autograder.judge.execute import LimitedExecute
 
 LIMIT = 1_000
@@ -35,9 +37,10 @@ class Interrupts:
         self.count += 1
 
 
-def capped(messages):
-    """The outputs :class:`LimitedExecute` keeps of ``messages`` (one cell), and the number
-    of interrupts it sent."""
+def capped(messages, reply=None):
+    """The outputs :class:`LimitedExecute` keeps of ``messages`` (one cell), then of the
+    execute ``reply``'s content (nbgrader's ``on_cell_executed`` hook, as nbclient calls it
+    after the cell's last message), and the number of interrupts it sent."""
     executor = LimitedExecute(output_limit=LIMIT)
     executor.km = Interrupts()
     executor.reset_execution_trackers()
@@ -51,6 +54,9 @@ def capped(messages):
         await asyncio.sleep(0)  # the interrupt is sent from a task
 
     asyncio.run(feed())
+    if reply is not None:
+        executor.on_cell_executed(cell=NotebookNode(outputs=outs), cell_index=0,
+                                  execute_reply={"content": reply})
     return outs, executor.km.count
 
 
@@ -82,8 +88,9 @@ def test_a_display_past_the_cap_is_dropped_whole_and_so_is_how_the_cell_ended():
     unsent output on a busy one) is dropped: the executor records one OutputLimitError."""
     image = message("display_data", {"data": {"text/plain": "y" * 600}, "metadata": {}})
     for ename in ("KeyboardInterrupt", "MemoryError"):
-        error = message("error", {"ename": ename, "evalue": "", "traceback": []})
-        outs, interrupts = capped([stream(LINE * 5), image, stream(LINE), error])
+        ending = {"status": "error", "ename": ename, "evalue": "", "traceback": [ename]}
+        error = message("error", ending)
+        outs, interrupts = capped([stream(LINE * 5), image, stream(LINE), error], reply=ending)
         assert interrupts == 1
         assert [o.output_type for o in outs] == ["stream"], ename
         assert outs[0].text == LINE * 5  # the display crossed the cap: nothing after it is kept
@@ -95,3 +102,13 @@ def test_an_error_within_the_cap_is_kept():
     assert interrupts == 0
     assert [(o.output_type, o.get("ename")) for o in outs] == [("stream", None), ("error", "ValueError"),
                                                                ("stream", None)]
+
+
+def test_an_error_no_output_named_is_still_recorded_from_the_reply():
+    """Without a flood nbgrader's hook still adds the reply's error that no output named (as
+    after a timeout, whose reply is nbgrader's ``CellTimeoutError``)."""
+    reply = {"status": "error", "ename": "CellTimeoutError", "evalue": "", "traceback": ["late"]}
+    outs, interrupts = capped([stream(LINE)], reply=reply)
+    assert interrupts == 0
+    assert [(o.output_type, o.get("ename")) for o in outs] == [("stream", None),
+                                                               ("error", "CellTimeoutError")]
