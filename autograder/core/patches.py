@@ -16,7 +16,7 @@ Kinds:
 * ``replaces``: after ``install`` (a dotted path of the grader's function that does it; empty
   where importing ``by``'s module does), ``target`` is the grader's object, from ``by``'s module;
 * ``overrides``: ``by``, a subclass of the dependency's class ``target``, overrides or calls
-  its private methods ``names``;
+  its private methods ``names`` (or a public one whose behaviour it relies on);
 * ``holds``: ``by`` keeps, for the whole process, an object that the dependency's ``target``
   holds for one run (``names``: its attributes that the grader reads or sets);
 * ``hides``: the module ``target`` is marked absent (``sys.modules[target] = None``, by ``by``)
@@ -80,6 +80,10 @@ PATCHES = (
           "nbclient", "0.11.0",
           "per-cell limits on the charged clock; a timeout answered by a late reply is not one",
           names=("_get_timeout", "_async_poll_for_reply", "_async_handle_timeout")),
+    Patch("overrides", "nbgrader.preprocessors.Execute", "autograder.judge.execute.LimitedExecute",
+          "nbgrader", "0.9.6",
+          "its on_cell_executed adds the reply's error that no output names: not for a flooded cell",
+          names=("on_cell_executed",)),
     Patch("overrides", "jupyter_client.manager.KernelManager",
           "autograder.judge.kernel_manager.SandboxedKernelManager", "jupyter_client", "8.10.0",
           "every kernel in the sandbox: private sockets, passed descriptors, its cgroup killed",
