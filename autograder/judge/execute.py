@@ -566,7 +566,8 @@ class LimitedExecute(Execute):
         interrupted and the rest is dropped; other outputs (displays) are kept whole or not
         at all. An error is kept until the cap is crossed; after it, how the cell ends (the
         interrupt, or the memory the kernel's unsent output took) depends on the host's speed,
-        so the cell's one error is the ``OutputLimitError`` :meth:`_run_cell` records."""
+        so the cell's one error is the ``OutputLimitError`` :meth:`_run_cell` records (and
+        :meth:`on_cell_executed` does not add the reply's back)."""
         if msg["msg_type"] == "error" and self._flooded:
             return None
         if msg["msg_type"] != "error":
