@@ -9,7 +9,8 @@ module is what both sides load:
   picklable data;
 * :func:`grader_digest`: the host and every Dask worker must grade with the same code;
 * :func:`make_socket_root`: the run's short folder of kernel sockets (the host's, and each
-  Dask worker's own);
+  Dask worker's own), a scratch folder like the run's others (:mod:`autograder.core.scratch`),
+  and :func:`sweep_dead_runs`, which removes those of runs whose process was killed outright;
 * :func:`last_bytes`: the tail of a worker's log, read by the worker (its preflight's kernel
   log) and by the host (a failed worker's log);
 * **the rule for entry points**: the host never imports ``worker/``. It names the worker code
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from .limits import Limits, Retries
 from .policy import CourseSettings
+from .scratch import make_scratch, sweep_scratch
 
 
 @dataclass
@@ -67,11 +69,18 @@ def make_socket_root(run):
     ``mkdtemp`` creates it atomically with a random name (no one can have made it in
     advance, or swap it: ``/tmp`` is sticky), owned by this user; 0711 lets the kernels
     (user ``nobody``) reach their own folders in it, and list nothing. The caller removes
-    it with everything in it when the run ends, the folders of killed workers included.
+    it with everything in it when the run ends (:func:`autograder.core.scratch.remove_scratch`),
+    the folders of killed workers included; if the caller is killed outright, the next run's
+    :func:`sweep_dead_runs` does.
     """
-    path = tempfile.mkdtemp(prefix=f"autograder-{run}-sockets-", dir=SOCKET_BASE)
-    os.chmod(path, 0o711)
-    return path
+    return str(make_scratch(f"autograder-{run}-sockets-", dir=SOCKET_BASE, mode=0o711))
+
+
+def sweep_dead_runs():
+    """Remove the scratch folders of runs whose process was killed outright (a run's own
+    folders, and those of every run still going, are held: :mod:`autograder.core.scratch`).
+    Every run calls it as it starts: ``grade``, each ``serve`` lane, each Dask worker."""
+    return sweep_scratch((tempfile.gettempdir(), SOCKET_BASE))
 
 
 def plugin_name(run_id):

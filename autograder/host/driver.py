@@ -44,7 +44,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,7 +53,8 @@ import nbformat
 
 from ..core.cells import grade_id, is_test_cell
 from ..core.feedback_page import install_mathjax, render_feedback, rewrite_feedback_html
-from ..core.grading_run import Settings, make_socket_root
+from ..core.grading_run import Settings, make_socket_root, sweep_dead_runs
+from ..core.scratch import make_scratch, remove_scratch
 from ..core.submission_folder import submission_digest
 from ..core.gradebook import (GradebookError, advisory_lock, check_url, copy_assignment, engine_url,
                               fault_line, gradebook_faults, is_postgres, keep_similarity,
@@ -424,10 +424,12 @@ def grade_job(job):
     """The three phases of a run: :func:`prepare`, :func:`run_class`, :func:`finish`.
 
     The run's scratch folder (student version, template gradebook, the workers' scratch),
-    its kernel sockets and cgroups are removed whatever happens.
+    its kernel sockets and cgroups are removed whatever happens; first, those of runs that
+    were killed outright (:func:`~autograder.core.grading_run.sweep_dead_runs`).
     """
     start = monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="autograder-"))  # 0700: no kernel needs it
+    sweep_dead_runs()
+    workdir = make_scratch()  # 0700: no kernel needs it
     sockets = None
     try:
         sockets = make_socket_root(run_id(workdir))  # short, whatever TMPDIR's length
@@ -436,9 +438,9 @@ def grade_job(job):
     finally:
         kill_run_cgroups(run_id(workdir))
         sweep_cgroups()
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_scratch(workdir)
         if sockets:
-            shutil.rmtree(sockets, ignore_errors=True)
+            remove_scratch(sockets)
     return finish(job, run, results, stopped, monotonic() - start)
 
 

@@ -29,10 +29,8 @@ workers are killed, attempts in flight go back to the queue; ``kill -9`` leaves 
 ``grading``, and the next start puts them back (:meth:`Journal.recover`).
 """
 
-import shutil
 import signal
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,7 +45,8 @@ from ..core.results import Status
 from ..core.untrusted import printable
 from ..host import driver
 from ..host.schedule import Breaker, HostFault, TransportError, overdue
-from ..core.grading_run import make_socket_root
+from ..core.grading_run import make_socket_root, sweep_dead_runs
+from ..core.scratch import make_scratch, remove_scratch
 from ..sandbox.cgroups import kill_run_cgroups, sweep_cgroups
 from . import attempts as files
 from .journal import DONE, REFUSED, Journal
@@ -81,8 +80,8 @@ class Lane:
         finally:
             kill_run_cgroups(driver.run_id(self.workdir))
             sweep_cgroups()
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            shutil.rmtree(self.sockets, ignore_errors=True)
+            remove_scratch(self.workdir)
+            remove_scratch(self.sockets)
 
 
 class Service:
@@ -210,7 +209,8 @@ class Service:
         from ..host.cluster import DaskCluster
         from ..host.pool import LocalWorkers
 
-        workdir = Path(tempfile.mkdtemp(prefix="autograder-"))
+        sweep_dead_runs()
+        workdir = make_scratch()
         sockets = make_socket_root(driver.run_id(workdir))
         job = driver.Job(assignment, self.root, self.db_url, [], self.course, self.roster(),
                          self.limits, self.kernel_retries, jobs=self.jobs,
@@ -222,8 +222,8 @@ class Service:
             slots = transport.start(self.jobs)
         except BaseException:
             kill_run_cgroups(driver.run_id(workdir))
-            shutil.rmtree(workdir, ignore_errors=True)
-            shutil.rmtree(sockets, ignore_errors=True)
+            remove_scratch(workdir)
+            remove_scratch(sockets)
             raise
         lane = Lane(assignment, workdir, sockets, transport, slots, watchdog,
                     shown_test_cells(self.root, assignment, withheld=True), self.dated(assignment))

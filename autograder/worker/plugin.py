@@ -16,7 +16,6 @@ kernels. :func:`grader_digest` runs here and in the client: both must grade with
 
 import os
 import shutil
-import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -25,8 +24,9 @@ from distributed import WorkerPlugin
 
 from ..core.course_files import GRADEBOOK
 from ..core.gradebook import drop_engine, sqlite_url
-from ..core.grading_run import make_socket_root, plugin_name
+from ..core.grading_run import make_socket_root, plugin_name, sweep_dead_runs
 from ..core.nbgrader_config import prepare_nbgrader
+from ..core.scratch import make_scratch, remove_scratch
 from ..sandbox.cgroups import RUN_ENV, kill_run_cgroups
 from ..sandbox.launcher import unavailable_reason
 from . import pipeline
@@ -50,7 +50,8 @@ class GradingPlugin(WorkerPlugin):
     def setup(self, worker=None):
         if self.payload.settings.sandboxed and (reason := unavailable_reason()):
             raise RuntimeError(f"cannot grade untrusted notebooks safely on this worker: {reason}")
-        workdir = Path(tempfile.mkdtemp(prefix=f"autograder-{self.payload.settings.run_id}-"))
+        sweep_dead_runs()  # the folders of this host's workers killed outright, any run's
+        workdir = make_scratch(f"autograder-{self.payload.settings.run_id}-")
         release = workdir / "release"
         release.mkdir()
         for name, data in self.payload.release.items():
@@ -96,8 +97,8 @@ class GradingPlugin(WorkerPlugin):
                 _GRADING.release()
         kill_run_cgroups(self.settings.run_id)  # the spare too, if a task holds the lock
         drop_engine(self.db_url())
-        shutil.rmtree(self.settings.workdir, ignore_errors=True)
-        shutil.rmtree(self.settings.socket_root, ignore_errors=True)
+        remove_scratch(self.settings.workdir)
+        remove_scratch(self.settings.socket_root)
 
     def enter(self):
         """Make this run the one whose kernels this process starts (environment, directory)."""

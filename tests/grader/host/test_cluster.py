@@ -598,12 +598,18 @@ def test_the_postgres_server_dies_with_a_test_process_killed_outright(tmp_path):
     owner = subprocess.Popen([sys.executable, "-c", SERVER_OWNER, str(Path(__file__).parents[3])],
                              stdout=subprocess.PIPE, text=True)
     port = int(owner.stdout.readline())
-    server = subprocess.run(["pgrep", "-f", f"postgres -D .* -p {port} "], capture_output=True,
-                            text=True).stdout.split()
-    assert server, "the server did not start"
-    owner.kill()
-    owner.wait()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in server):
-        time.sleep(0.2)
-    assert not any(Path(f"/proc/{pid}").exists() for pid in server), "the server outlived its test"
+    found = subprocess.run(["pgrep", "-af", f"postgres -D .* -p {port} "], capture_output=True,
+                           text=True).stdout.splitlines()
+    assert found, "the server did not start"
+    server = [line.split()[0] for line in found]
+    data = Path(found[0].split(" -D ", 1)[1].split()[0])  # postgres_server's own temporary folder
+    assert data.parent.name.startswith("autograder-pg-"), data
+    try:
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in server):
+            time.sleep(0.2)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in server), "the server outlived its test"
+    finally:
+        shutil.rmtree(data.parent, ignore_errors=True)  # what the killed owner could not remove

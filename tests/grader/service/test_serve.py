@@ -26,6 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.core.scratch import OWNER
 from autograder.sandbox.launcher import unavailable_reason
 from autograder.service.journal import DONE, GRADING, REFUSED
 from nbgrader.utils import notebook_hash
@@ -137,6 +138,19 @@ def test_sigterm_stops_cleanly_and_grade_agrees(burst):
     assert scores(burst["root"]) == before
 
 
+def held_scratch(pid):
+    """The scratch folders process ``pid`` holds (:mod:`autograder.core.scratch`)."""
+    folders = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if link.endswith(f"/{OWNER}"):
+            folders.add(Path(link).parent)
+    return sorted(folders)
+
+
 def test_kill_9_mid_grade_then_restart_grades_everything_once(burst):
     root, exchange, state, klass = burst["root"], burst["exchange"], burst["state"], burst["klass"]
     names = [hand_in(exchange, s, klass.notebook()) for s in ("dan", "eve", "fay")]
@@ -145,17 +159,23 @@ def test_kill_9_mid_grade_then_restart_grades_everything_once(burst):
         wait_for(lambda: any(a.state == GRADING and a.student in ("dan", "eve", "fay")
                              for a in attempts(state)), "a grade in progress", process, log)
         workers = wait_for(lambda: children(process.pid), "serve's grading workers", process, log)
+        scratch = held_scratch(process.pid)  # the lane's scratch and socket folders
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
     deadline = time.monotonic() + 30
     while any(alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in workers), "a worker outlived the killed service"
+    assert len(scratch) == 2 and all(f.is_dir() for f in scratch), scratch  # no finally ran
+    old = time.time() - 120  # the sweep leaves a folder changed in the last minute
+    for folder in scratch:
+        os.utime(folder, (old, old))
     log = burst["base"] / "serve-restarted.log"
     with serving(root, exchange, state, log, "--jobs", "1") as process:
         wait_for(lambda: sum(a.state == DONE and a.student in ("dan", "eve", "fay")
                              for a in attempts(state)) == 3, "the three graded", process, log)
     assert "queued again" in log.read_text()
+    assert not any(f.exists() for f in scratch), scratch  # the restarted lane swept them
     rows = [a for a in attempts(state) if a.origin in names]
     assert sorted(a.student for a in rows) == ["dan", "eve", "fay"]  # each taken in once
     assert {a.score for a in rows} == {klass.total}
