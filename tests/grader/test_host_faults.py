@@ -33,6 +33,7 @@ import pytest
 
 from autograder.host.release import generate
 from autograder.core.grading_run import make_socket_root
+from autograder.core.scratch import OWNER, remove_scratch
 from autograder.judge.kernel_manager import SUN_PATH_MAX, SocketPathError, check_socket_path
 from autograder.sandbox.launcher import unavailable_reason
 from test_grading_e2e import Class, points
@@ -149,8 +150,10 @@ def test_a_socket_root_is_short_private_named_after_its_run_and_checked(tmp_path
         assert Path(root).name.startswith("autograder-abcd_123-sockets-")
         assert Path(root).stat().st_mode & 0o777 == 0o711 and Path(root).stat().st_uid == os.geteuid()
         check_socket_path(f"{root}/kernel-abcdefgh/k")
+        assert sorted(p.name for p in Path(root).iterdir()) == [OWNER]  # held while this process lives
     finally:
-        os.rmdir(root)
+        remove_scratch(root)
+    assert not Path(root).exists()
     with pytest.raises(SocketPathError, match=str(SUN_PATH_MAX)):
         check_socket_path(str(long_folder(tmp_path, 120) / "k"))
 
