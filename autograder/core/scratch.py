@@ -12,9 +12,11 @@ So each folder holds a lock file, :data:`OWNER`, which the process that made it 
 (``flock``) for as long as it lives; processes forked from it hold it with it (a local worker),
 and a program it runs does not (the descriptor is close-on-exec). The kernel drops a lock when
 the last process holding it is gone, however it went, so a folder whose lock anyone can take
-belongs to no live process: :func:`sweep_scratch`, called as a run starts, removes those. It
-decides by that lock alone, never by a name or an age: a folder without the lock file (not
-made here) is never touched, nor one of another user, nor a link.
+belongs to no live process: :func:`sweep_scratch`, called as a run starts, removes those. The
+lock is what proves a folder dead; a name or an age never does. The name and the age only
+narrow what is looked at: a folder without the lock file (not made here) is never touched, nor
+one of another user, nor a link, nor one changed in the last minute (made a moment ago, it may
+not hold its lock yet).
 """
 
 import fcntl
