@@ -82,7 +82,7 @@ def _unheld(folder, min_age):
     except OSError:
         return False
     if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or time.time() - info.st_mtime < min_age or folder in _HELD):
+            or time.time() - info.st_mtime < min_age):
         return False
     try:
         fd = os.open(os.path.join(folder, OWNER), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -91,7 +91,7 @@ def _unheld(folder, min_age):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        return False  # a live process holds it
+        return False  # a live process holds it (this one included: flock is per open file)
     finally:
         os.close(fd)
     return True
